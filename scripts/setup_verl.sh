@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# verl at the kit's pin with the kit's patch series applied by `git am`.
+# Idempotent: patches already in the tree (same patch-id) are skipped; a patch that does not apply
+# leaves the tree exactly as it was. The last line on success is always `verl <version>: N patches applied`.
+set -euo pipefail
+
+KIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=../pins.env
+source "$KIT_ROOT/pins.env"
+
+PATCH_DIR="${KIT_PATCH_DIR:-$KIT_ROOT/patches}"
+PYTHON="${PYTHON:-python3}"
+
+usage() {
+  cat <<EOF
+Usage: scripts/setup_verl.sh [--source git|sdist] [--repo URL|PATH] [--sdist FILE] [--dest DIR]
+                             [--install] [--check] [--help]
+
+Builds verl $VERL_VERSION with the kit's patch series ($PATCH_DIR) applied by git am.
+
+  --source git     (default) clone --repo (default $VERL_GIT_URL) into --dest, or reuse the git
+                   checkout already at --dest / --repo PATH, and work on branch retool-kit at $VERL_GIT_TAG.
+  --source sdist   for CI and offline mirrors: download the verl==$VERL_VERSION sdist from the configured
+                   package index (or take --sdist FILE), verify its sha256, unpack, git init, commit it as
+                   the base (tagged $VERL_GIT_TAG), then git am the series.
+  --repo URL|PATH  where to clone from (git source). A local checkout given without --dest is patched in place.
+  --sdist FILE     use this verl-$VERL_VERSION.tar.gz instead of downloading it.
+  --dest DIR       the tree to create or reuse (default: $KIT_ROOT/build/verl).
+  --install        pip-install the patched tree into the active Python (\$PYTHON, default python3), without
+                   verl's top-level tests/ and scripts/ packages, with the pins of pins.env as constraints.
+  --check          apply the series in a scratch copy and report; --dest is not modified.
+  -h, --help       this help.
+
+Exit status: 0 on success (also when the tree was already patched); 1 when a patch does not apply (the
+tree is left as it was), the sdist checksum is wrong, or the tree is not verl $VERL_VERSION.
+EOF
+}
+
+die() { echo "setup_verl: ERROR: $*" >&2; exit 1; }
+log() { echo "setup_verl: $*"; }
+
+source_kind=git repo="" sdist="" dest="" install=0 check=0
+while (($#)); do
+  case "$1" in
+    --source) source_kind=${2:?--source needs git or sdist}; shift 2 ;;
+    --repo) repo=${2:?--repo needs a URL or path}; shift 2 ;;
+    --sdist) sdist=${2:?--sdist needs a file}; shift 2 ;;
+    --dest) dest=${2:?--dest needs a directory}; shift 2 ;;
+    --install) install=1; shift ;;
+    --check) check=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; die "unknown argument: $1" ;;
+  esac
+done
+[[ $source_kind == git || $source_kind == sdist ]] || die "--source must be git or sdist, not '$source_kind'"
+if [[ -z $dest ]]; then
+  if [[ $source_kind == git && -n $repo && -d $repo/.git ]]; then dest=$repo; else dest=$KIT_ROOT/build/verl; fi
+fi
+
+shopt -s nullglob
+patches=("$PATCH_DIR"/*.patch)
+shopt -u nullglob
+((${#patches[@]})) || die "no patches in $PATCH_DIR"
+
+# --- making the base tree ---------------------------------------------------------------------------
+
+make_sdist_tree() { # $1: target directory (must not exist)
+  local target=$1 tarball=$sdist tmp
+  tmp=$(mktemp -d)
+  if [[ -z $tarball ]]; then
+    log "downloading the verl==$VERL_VERSION sdist from the package index"
+    "$PYTHON" -m pip download --quiet --no-deps --no-binary verl \
+      -d "$tmp" "verl==$VERL_VERSION" >&2 || { rm -rf "$tmp"; die "could not download the verl==$VERL_VERSION sdist"; }
+    tarball=$tmp/verl-$VERL_VERSION.tar.gz
+  fi
+  [[ -f $tarball ]] || { rm -rf "$tmp"; die "sdist not found: $tarball"; }
+  local sum
+  sum=$(sha256sum "$tarball" | cut -d' ' -f1)
+  [[ $sum == "$VERL_SDIST_SHA256" ]] ||
+    { rm -rf "$tmp"; die "sha256 mismatch for $tarball: got $sum, pins.env expects $VERL_SDIST_SHA256"; }
+  log "sdist sha256 ok ($sum)"
+  mkdir -p "$target"
+  tar -xzf "$tarball" -C "$target" --strip-components=1
+  rm -rf "$tmp"
+  # Fixed identity and dates: every machine gets the same base commit id.
+  (
+    cd "$target"
+    export GIT_AUTHOR_DATE="2025-11-14T00:00:00Z" GIT_COMMITTER_DATE="2025-11-14T00:00:00Z"
+    git init --quiet
+    ensure_identity .
+    git add --all
+    git commit --quiet --no-gpg-sign -m "verl $VERL_VERSION (PyPI sdist)"
+    git tag "$VERL_GIT_TAG"
+    git checkout --quiet -b retool-kit
+  )
+  log "base tree at $target ($VERL_GIT_TAG = $(git -C "$target" rev-parse --short HEAD))"
+}
+
+make_git_tree() { # $1: target directory (must not exist)
+  local url=${repo:-$VERL_GIT_URL}
+  log "cloning $url into $1"
+  git clone --quiet "$url" "$1" || die "git clone of $url failed"
+}
+
+ensure_identity() { # $1: tree. git am and its --abort need a committer; CI machines have none.
+  if [[ -z $(git -C "$1" config user.email || true) ]]; then
+    git -C "$1" config --local user.name "retool-kit"
+    git -C "$1" config --local user.email "retool-kit@localhost"
+  fi
+}
+
+ensure_base() { # $1: tree. Puts a clean tree on a branch that contains the pinned tag.
+  local tree=$1
+  ensure_identity "$tree"
+  git -C "$tree" rev-parse --verify --quiet "$VERL_GIT_TAG^{commit}" >/dev/null ||
+    git -C "$tree" fetch --quiet --tags >/dev/null 2>&1 || true
+  git -C "$tree" rev-parse --verify --quiet "$VERL_GIT_TAG^{commit}" >/dev/null ||
+    die "$tree has no tag $VERL_GIT_TAG (is it a verl checkout?)"
+  if ! git -C "$tree" merge-base --is-ancestor "$VERL_GIT_TAG" HEAD; then
+    [[ -z $(git -C "$tree" status --porcelain --untracked-files=no) ]] ||
+      die "$tree has uncommitted changes and is not based on $VERL_GIT_TAG; commit or stash them first"
+    log "checking out $VERL_GIT_TAG as branch retool-kit"
+    git -C "$tree" checkout --quiet -B retool-kit "$VERL_GIT_TAG"
+  fi
+  local version
+  version=$(tr -d '[:space:]' <"$tree/verl/version/version")
+  [[ $version == "$VERL_VERSION" ]] || die "$tree is verl $version, the kit pins $VERL_VERSION"
+}
+
+# --- applying the series ------------------------------------------------------------------------------
+
+patch_id_of_file() { git patch-id --stable <"$1" | cut -d' ' -f1; }
+subject_of_file() { git mailinfo /dev/null /dev/null <"$1" | sed -n 's/^Subject: //p'; }
+
+apply_series() { # $1: tree
+  local tree=$1 applied_ids applied_subjects
+  applied_ids=$(git -C "$tree" log --format=%H "$VERL_GIT_TAG..HEAD" |
+    while read -r c; do git -C "$tree" show "$c" | git patch-id --stable | cut -d' ' -f1; done)
+  applied_subjects=$(git -C "$tree" log --format=%s "$VERL_GIT_TAG..HEAD")
+  local todo=() p
+  for p in "${patches[@]}"; do
+    if grep -qxF "$(patch_id_of_file "$p")" <<<"$applied_ids"; then
+      continue
+    fi
+    if grep -qxF "$(subject_of_file "$p")" <<<"$applied_subjects"; then
+      die "$tree carries an older version of $(basename "$p"); make a fresh tree (remove $tree) and run again"
+    fi
+    todo+=("$p")
+  done
+  if ((${#todo[@]} == 0)); then
+    log "$tree is already patched: all ${#patches[@]} patches present"
+    return 0
+  fi
+  [[ -z $(git -C "$tree" status --porcelain --untracked-files=no) ]] ||
+    die "$tree has uncommitted changes; git am needs a clean tree"
+  log "applying ${#todo[@]} of ${#patches[@]} patches to $tree"
+  local out
+  if ! out=$(git -C "$tree" am --quiet --no-gpg-sign "${todo[@]}" 2>&1); then
+    local failed_patch failed_file
+    failed_patch=$(sed -n 's/^Patch failed at \([0-9]*\) .*/\1/p' <<<"$out" | head -n1)
+    failed_file=$(sed -n -e 's/^error: patch failed: \(.*\):[0-9]*$/\1/p' -e 's/^error: \(.*\): does not exist in index$/\1/p' \
+      -e 's/^error: \(.*\): patch does not apply$/\1/p' <<<"$out" | head -n1)
+    git -C "$tree" am --abort >/dev/null 2>&1 || true
+    echo "$out" >&2
+    local name=${todo[0]}
+    [[ -n $failed_patch ]] && name=${todo[$((10#$failed_patch - 1))]:-${todo[0]}}
+    die "patch $(basename "$name") does not apply to $tree (failing file: ${failed_file:-unknown}); the tree was left as it was"
+  fi
+  for p in "${todo[@]}"; do log "  applied $(basename "$p")"; done
+}
+
+# --- installing -----------------------------------------------------------------------------------------
+
+install_tree() { # $1: tree
+  local tree=$1 stage constraints
+  stage=$(mktemp -d)
+  constraints=$stage/constraints.txt
+  # shellcheck disable=SC2086 # PY_PINS is a space-separated list of requirement specs
+  printf '%s\n' $PY_PINS >"$constraints"
+  git -C "$tree" archive --format=tar HEAD | tar -x -C "$stage"
+  # verl's wheel installs top-level `tests` and `scripts` packages that clash with everyone's.
+  rm -rf "$stage/tests" "$stage/scripts" "$stage/verl.egg-info"
+  # Record the series in the package (version/* is package data) so a doctor can tell what it carries.
+  for p in "${patches[@]}"; do
+    printf '%s %s %s\n' "$(patch_id_of_file "$p")" "$(basename "$p")" "$(subject_of_file "$p")"
+  done >"$stage/verl/version/kit_patches"
+  log "installing patched verl into $("$PYTHON" -c 'import sys; print(sys.prefix)')"
+  "$PYTHON" -m pip uninstall --quiet --yes verl >/dev/null 2>&1 || true
+  # shellcheck disable=SC2086
+  if ! "$PYTHON" -m pip install -c "$constraints" "$stage" $VERL_UNDECLARED_DEPS >"$stage/pip.log" 2>&1; then
+    tail -n 40 "$stage/pip.log" >&2
+    rm -rf "$stage"
+    die "pip install of the patched tree failed (last lines above)"
+  fi
+  rm -rf "$stage"
+  "$PYTHON" - <<'EOF' || die "the installed verl is not the patched tree, or it still ships tests/ or scripts/"
+import importlib.metadata as md, pathlib, verl
+top = (md.distribution("verl").read_text("top_level.txt") or "").split()
+assert top == ["verl"], top
+assert (pathlib.Path(verl.__file__).parent / "version" / "kit_patches").is_file()
+EOF
+}
+
+# --- main -----------------------------------------------------------------------------------------------
+
+work=$dest
+scratch=""
+cleanup() { [[ -n $scratch ]] && rm -rf "$scratch"; return 0; }
+trap cleanup EXIT
+if ((check)); then
+  scratch=$(mktemp -d)
+  work=$scratch/verl
+  if [[ -d $dest/.git ]]; then
+    git clone --quiet --no-hardlinks "$dest" "$work"
+    git -C "$work" checkout --quiet -B retool-kit "$(git -C "$dest" rev-parse HEAD)"
+  fi
+fi
+
+if [[ ! -d $work/.git ]]; then
+  [[ -e $work ]] && die "$work exists but is not a git tree"
+  mkdir -p "$(dirname "$work")"
+  if [[ $source_kind == sdist ]]; then make_sdist_tree "$work"; else make_git_tree "$work"; fi
+fi
+ensure_base "$work"
+apply_series "$work"
+
+if ((check)); then
+  log "check only: the series applies to a scratch copy of ${dest}; nothing was changed"
+elif ((install)); then
+  install_tree "$work"
+fi
+echo "verl $VERL_VERSION: ${#patches[@]} patches applied"

@@ -1,0 +1,63 @@
+"""pins.env is the single source of versions: bash and Python read the same values."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+from kit_testing import REPO_ROOT
+
+from npu_kernels import pins
+
+
+def test_bash_and_python_read_the_same_pins() -> None:
+    python_view = pins.load()
+    keys = " ".join(python_view)
+    script = f'set -euo pipefail; source pins.env; for k in {keys}; do printf "%s=%s\\n" "$k" "${{!k}}"; done'
+    out = subprocess.run(["bash", "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout
+    bash_view = dict(line.split("=", 1) for line in out.splitlines())
+    assert bash_view == python_view
+
+
+def test_required_pins_present() -> None:
+    assert pins.get("VERL_VERSION") == "0.6.1"
+    assert pins.get("VLLM_ASCEND_TAG_A2") == "v0.11.0"
+    assert pins.get("VLLM_ASCEND_TAG_A3") == "v0.11.0-a3"
+    assert pins.get("CANN_VERSION") == "8.3.RC2"
+    assert pins.get("NPU_TORCH_VERSION") == "2.7.1"
+    assert pins.get("TORCH_NPU_VERSION") == "2.7.1.post1"
+    assert len(pins.get("VERL_SDIST_SHA256")) == 64
+    reqs = pins.python_requirements()
+    assert reqs["transformers"].startswith("4.57.")
+    assert int(reqs["numpy"].split(".")[0]) < 2
+
+
+def test_installed_packages_match_pins() -> None:
+    import importlib.metadata as md
+
+    for name, version in pins.python_requirements().items():
+        assert md.version(name) == version, f"{name}: installed {md.version(name)}, pinned {version}"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["lowercase=1", "A=$HOME", "A=two words", "A=1\nA=2", "export A=1"],
+)
+def test_parser_rejects_what_bash_and_python_would_read_differently(bad: str) -> None:
+    with pytest.raises(ValueError):
+        pins.parse(bad)
+
+
+def test_no_version_pin_is_written_outside_pins_env() -> None:
+    """The pinned versions must not be repeated in the kit's scripts, configs or Dockerfiles."""
+    needles = {pins.get("VERL_SDIST_SHA256"), pins.get("TORCH_NPU_VERSION"), pins.get("CANN_VERSION")}
+    needles |= {f"=={v}" for v in pins.python_requirements().values()}
+    offenders = []
+    for path in REPO_ROOT.rglob("*"):
+        if not path.is_file() or any(p in path.parts for p in (".git", ".venv", "build", "tests", "__pycache__")):
+            continue
+        if path.name == "pins.env" or path.suffix in {".patch", ".md", ".pyc"}:
+            continue
+        text = path.read_text(errors="ignore")
+        offenders += [f"{path.relative_to(REPO_ROOT)}: {n}" for n in needles if n in text]
+    assert not offenders, offenders

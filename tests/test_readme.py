@@ -1,0 +1,37 @@
+"""README is the user's door: its versions and commands must stay true to pins.env and .ci/run."""
+
+from __future__ import annotations
+
+import re
+
+from kit_testing import REPO_ROOT
+
+from npu_kernels import pins
+
+README = (REPO_ROOT / "README.md").read_text()
+
+
+def test_support_matrix_matches_pins() -> None:
+    image = pins.get("VLLM_ASCEND_IMAGE")
+    for key in ("VLLM_ASCEND_TAG_A2", "VLLM_ASCEND_TAG_A3"):
+        assert f"`{image}:{pins.get(key)}`" in README, key
+    assert f"`{pins.get('VLLM_CUDA_IMAGE')}:{pins.get('VLLM_CUDA_TAG')}`" in README
+    for key, text in [
+        ("CANN_VERSION", "CANN {}"),
+        ("VLLM_VERSION", "vLLM {}"),
+        ("NPU_TORCH_VERSION", "torch {}"),
+        ("TORCH_NPU_VERSION", "torch-npu {}"),
+        ("CPU_TORCH_VERSION", "torch {} (CPU build)"),
+        ("PYTHON_VERSION", "Python {}"),
+        ("VERL_VERSION", "| {} + `patches/` |"),
+    ]:
+        assert text.format(pins.get(key)) in README, key
+    for name, version in pins.python_requirements().items():
+        assert re.search(rf"\b{re.escape(name)} {re.escape(version)}\b", README), f"{name} {version} not in README"
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    command = "bash scripts/test.sh"
+    assert f"```bash\n{command}\n```" in README
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    assert re.search(rf"^{re.escape(command)}$", ci, re.M), ".ci/run must call exactly the README's test command"
