@@ -46,7 +46,16 @@ class EnvVar:
 
 # (phases, entry). A2 and A3 share one table: nothing in the sample or verl's docs differs between them except the
 # device count, which the kit counts itself (npu_kernels.device) instead of exporting a mask.
+#: verl imports these modules in every process it starts (driver, TaskRunner, Ray workers), before any model is
+#: built: the one hook that reaches Ray workers without patching verl. npu_kernels.auto applies the fused kernels.
+_FUSED_KERNELS = EnvVar(
+    "VERL_USE_EXTERNAL_MODULES",
+    "npu_kernels.auto",
+    "fused RMSNorm/RoPE/SwiGLU for Qwen2/Qwen3 in every verl process (KIT_FUSED_KERNELS=off disables)",
+)
+
 _ASCEND: tuple[tuple[tuple[str, ...], EnvVar], ...] = (
+    (_BOTH, _FUSED_KERNELS),
     (_BOTH, EnvVar("HYDRA_FULL_ERROR", "1", "verl entry points are Hydra apps; without it a crash is one line")),
     (
         _BOTH,
@@ -157,6 +166,7 @@ _ASCEND: tuple[tuple[tuple[str, ...], EnvVar], ...] = (
 )
 
 _CUDA: tuple[tuple[tuple[str, ...], EnvVar], ...] = (
+    (_BOTH, _FUSED_KERNELS),
     (_BOTH, EnvVar("HYDRA_FULL_ERROR", "1", "verl entry points are Hydra apps; without it a crash is one line")),
     (
         _SFT,

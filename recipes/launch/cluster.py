@@ -1,0 +1,143 @@
+"""Ray cluster facts for ``scripts/ray_cluster.sh``: ``ray start`` device arguments, and the "all nodes joined" check.
+
+Why explicit device counts: Ray counts NPUs with pyACL and falls back to ``glob('/dev/davinci?')``, which sees only
+davinci0..9, so an A3 node whose CANN environment was not sourced joins with 10 of its 16 dies and verl then waits
+forever for a placement group. The kit counts devices itself (:meth:`npu_kernels.device.NpuPlatform.device_count`)
+and passes ``--resources='{"NPU": N}'``; ``status`` then checks what the cluster really has against the profile.
+
+    python -m recipes.launch.cluster start-args --hw a3 [--dry-run]
+    python -m recipes.launch.cluster status --hw a3 --nodes 2 [--address HOST:PORT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from npu_kernels.device import PLATFORMS, PROFILES
+from npu_kernels.env_presets import HARDWARE
+
+EXIT_OK, EXIT_FAILED = 0, 1
+
+
+def start_args(hw: str, dry_run: bool = False) -> tuple[list[str], list[str]]:
+    """(``ray start`` arguments that declare this node's devices, notes for the user)."""
+    profile = PROFILES[hw]
+    platform = PLATFORMS[profile.platform]
+    notes: list[str] = []
+    if platform.name == "cpu":
+        return [f"--num-cpus={platform.ray_num_cpus}"], notes
+    count = platform.device_count()
+    expected = profile.devices_per_node or 0
+    if count == 0:
+        if not dry_run:
+            raise RuntimeError(
+                f"no {platform.ray_resource} device visible on this node (profile {hw}); "
+                "is CANN's set_env.sh sourced and are the /dev/davinci* devices mapped into the container?"
+            )
+        notes.append(f"no {platform.ray_resource} here (dry run): showing the profile's {expected} per node")
+        count = expected
+    elif count != expected:
+        notes.append(f"this node has {count} {platform.ray_resource} devices, profile {hw} expects {expected}")
+    if platform.name == "npu":
+        return [f"--resources={json.dumps({platform.ray_resource: count}, separators=(',', ':'))}"], notes
+    return [f"--num-gpus={count}"], notes
+
+
+@dataclass(frozen=True)
+class NodeState:
+    address: str
+    alive: bool
+    devices: float
+    cpus: float
+
+
+def node_states(nodes: Sequence[dict[str, Any]], resource: str) -> list[NodeState]:
+    """``ray.nodes()`` entries reduced to what the check needs."""
+    return [
+        NodeState(
+            str(node.get("NodeManagerAddress", "?")),
+            bool(node.get("Alive")),
+            float((node.get("Resources") or {}).get(resource, 0)),
+            float((node.get("Resources") or {}).get("CPU", 0)),
+        )
+        for node in nodes
+    ]
+
+
+def evaluate(states: Sequence[NodeState], hw: str, expected_nodes: int) -> list[str]:
+    """Problems with the cluster for ``expected_nodes`` nodes of profile ``hw``; empty when it is ready."""
+    profile = PROFILES[hw]
+    resource = PLATFORMS[profile.platform].ray_resource
+    alive = [s for s in states if s.alive]
+    problems = []
+    if len(alive) != expected_nodes:
+        problems.append(f"{len(alive)} live node(s) joined, expected {expected_nodes}")
+    per_node = profile.devices_per_node
+    if per_node:
+        for state in alive:
+            if state.devices != per_node:
+                problems.append(
+                    f"node {state.address} offers {state.devices:g} {resource}, expected {per_node} "
+                    "(start it with scripts/ray_cluster.sh, which passes the kit's device count)"
+                )
+        total = sum(s.devices for s in alive)
+        if total != per_node * expected_nodes:
+            problems.append(f"{total:g} {resource} in the cluster, expected {per_node * expected_nodes}")
+    return problems
+
+
+def status(hw: str, expected_nodes: int, address: str | None) -> int:
+    import ray
+
+    resource = PLATFORMS[PROFILES[hw].platform].ray_resource
+    try:
+        ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False)
+    except Exception as exc:  # noqa: BLE001  (ConnectionError, RuntimeError: "no cluster")
+        print(f"ray_cluster: error: cannot connect to a Ray cluster at {address or 'auto'}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        states = node_states(ray.nodes(), resource)
+    finally:
+        ray.shutdown()
+    for state in states:
+        cpus = "" if resource == "CPU" else f"  CPU {state.cpus:g}"
+        print(f"node {state.address:<16} {'alive' if state.alive else 'DEAD '}  {resource} {state.devices:g}{cpus}")
+    problems = evaluate(states, hw, expected_nodes)
+    for problem in problems:
+        print(f"ray_cluster: error: {problem}", file=sys.stderr)
+    if not problems:
+        print(f"cluster ready: {expected_nodes} node(s), profile {hw}")
+    return EXIT_FAILED if problems else EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m recipes.launch.cluster", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start-args", help="print `ray start` device arguments for this node, one per line")
+    start.add_argument("--hw", required=True, choices=HARDWARE)
+    start.add_argument("--dry-run", action="store_true", help="no devices here is not an error")
+    stat = sub.add_parser("status", help="check that all nodes joined with the expected devices")
+    stat.add_argument("--hw", required=True, choices=HARDWARE)
+    stat.add_argument("--nodes", type=int, default=1, help="expected number of nodes (default 1)")
+    stat.add_argument("--address", help="Ray address (default: auto, the cluster this node belongs to)")
+    args = parser.parse_args(argv)
+    if args.command == "status":
+        return status(args.hw, args.nodes, args.address)
+    try:
+        words, notes = start_args(args.hw, args.dry_run)
+    except RuntimeError as exc:
+        print(f"ray_cluster: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    for note in notes:
+        print(f"ray_cluster: note: {note}", file=sys.stderr)
+    print("\n".join(words))
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

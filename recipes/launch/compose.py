@@ -1,0 +1,164 @@
+"""Compose a recipe exactly as verl's entry point will, and run verl's own validation on it — without Ray or a model.
+
+Composition goes through Hydra with the kit's config dir as the primary config path and verl's packaged config dir on
+the search path (``hydra.searchpath`` in every recipe), i.e. what ``python -m verl.trainer.main_ppo --config-path
+<kit>/recipes/config --config-name <recipe> <overrides>`` does. Hydra composes in struct mode, so a misspelt
+override fails here with the message verl would print hours later on a cluster.
+
+Validation is what verl runs before it loads anything (``TaskRunner.run``: ``OmegaConf.resolve`` then
+``validate_config`` with the reference-policy and critic flags), plus the dataclass conversions verl does later
+(rollout, algorithm) and the loading of the recipe's reward function, dataset class and tool config. verl's SFT
+trainer has no validation of its own; its batch-size assertions are among the kit checks (:mod:`recipes.launch.checks`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import os
+import warnings
+from collections.abc import Iterator, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+
+from recipes.launch.catalog import CONFIG_DIR, Recipe
+
+
+class ConfigError(Exception):
+    """The recipe does not compose or does not validate; the message is verl's/Hydra's, with what failed."""
+
+
+@contextlib.contextmanager
+def no_external_modules() -> Iterator[None]:
+    """Import verl here without ``VERL_USE_EXTERNAL_MODULES`` (the fused-kernel patcher): planning builds no model.
+
+    The variable is restored afterwards, so the command the shell then execs still carries it.
+    """
+    saved = os.environ.pop("VERL_USE_EXTERNAL_MODULES", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["VERL_USE_EXTERNAL_MODULES"] = saved
+
+
+def _explain(exc: BaseException) -> str:
+    """Hydra's message plus its cause (OmegaConf names the offending key there: ``Key 'nn' is not in struct``)."""
+    parts = [str(exc).strip()]
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None and len(parts) < 4:
+        text = str(cause).strip()
+        if text and text not in parts[-1]:
+            parts.append(text)
+        cause = cause.__cause__ or cause.__context__
+    return "\n".join(parts)
+
+
+def compose(recipe: Recipe, overrides: Sequence[str]) -> DictConfig:
+    """The recipe's config with ``overrides`` applied, as verl's ``@hydra.main`` would build it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    try:
+        with no_external_modules(), initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
+            return hydra_compose(config_name=recipe.config_name, overrides=list(overrides))
+    except Exception as exc:  # Hydra raises several exception types; all mean "this command would not start"
+        raise ConfigError(_explain(exc)) from exc
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def resolved(cfg: DictConfig) -> DictConfig:
+    """A resolved copy (interpolations evaluated), as verl's TaskRunner resolves its config before using it."""
+    out = copy.deepcopy(cfg)
+    try:
+        OmegaConf.resolve(out)
+    except Exception as exc:
+        raise ConfigError(f"interpolation failed: {_explain(exc)}") from exc
+    return out
+
+
+def needs_reference_policy(cfg: DictConfig) -> bool:
+    """verl builds a reference model iff a KL term is used (main_ppo.TaskRunner.add_ref_policy_worker)."""
+    return bool(cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss)
+
+
+def validate_rl(cfg: DictConfig) -> list[str]:
+    """verl's checks on a resolved PPO config; returns what was checked, raises :class:`ConfigError`."""
+    with no_external_modules():
+        from verl.trainer.config import AlgoConfig
+        from verl.trainer.ppo.ray_trainer import Role
+        from verl.trainer.ppo.reward import get_custom_reward_fn
+        from verl.trainer.ppo.utils import need_critic, need_reference_policy
+        from verl.utils.config import omega_conf_to_dataclass, validate_config
+        from verl.utils.import_utils import load_extern_type
+        from verl.workers.config import RolloutConfig
+
+    done = []
+    steps = [
+        (
+            "verl validate_config",
+            lambda: validate_config(
+                cfg,
+                use_reference_policy=need_reference_policy(
+                    {Role.RefPolicy: None} if needs_reference_policy(cfg) else {}
+                ),
+                use_critic=need_critic(cfg),
+            ),
+        ),
+        ("RolloutConfig", lambda: omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout, RolloutConfig)),
+        ("AlgoConfig", lambda: omega_conf_to_dataclass(cfg.algorithm, AlgoConfig)),
+        ("custom reward function", lambda: _require(get_custom_reward_fn(cfg), "custom_reward_function.path")),
+        ("dataset class", lambda: load_extern_type(cfg.data.custom_cls.path, cfg.data.custom_cls.name)),
+        ("tool config", lambda: _load_tools(cfg.actor_rollout_ref.rollout.multi_turn.tool_config_path)),
+    ]
+    for name, step in steps:
+        if name == "dataset class" and not cfg.data.custom_cls.get("path"):
+            continue
+        if name == "tool config" and not cfg.actor_rollout_ref.rollout.multi_turn.get("tool_config_path"):
+            continue
+        try:
+            with quiet():
+                step()
+        except Exception as exc:
+            raise ConfigError(f"{name}: {type(exc).__name__}: {_explain(exc)}") from exc
+        done.append(name)
+    return done
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """verl's loaders print banners and warn about defaults on success; the table says what passed instead."""
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _require(value: object, key: str) -> object:
+    if value is None:
+        raise ValueError(f"{key} is not set")
+    return value
+
+
+def _load_tools(path: str) -> list[str]:
+    """Instantiate the tools as verl's ToolAgentLoop will (class import, schema validation, constructor)."""
+    from verl.tools.utils.tool_registry import initialize_tools_from_config
+
+    tools = initialize_tools_from_config(path)
+    if not tools:
+        raise ValueError(f"{path} defines no tools")
+    return [tool.name for tool in tools]
+
+
+def validate_sft(cfg: DictConfig) -> list[str]:
+    """What verl's SFT trainer asserts about its config before training (the batch sizes are kit checks)."""
+    if cfg.data.get("chat_template") is not None:
+        raise ConfigError("data.chat_template: verl's SFT trainer rejects it ('not supported yet')")
+    if cfg.model.strategy not in ("fsdp", "fsdp2"):
+        raise ConfigError(f"model.strategy={cfg.model.strategy}: verl's SFT trainer knows fsdp and fsdp2")
+    if cfg.ulysses_sequence_parallel_size > 1 and not cfg.use_remove_padding:
+        raise ConfigError("ulysses_sequence_parallel_size > 1 needs use_remove_padding=true (verl's SFT trainer)")
+    return ["verl SFT trainer assertions"]

@@ -1,0 +1,206 @@
+"""SFT -> RL hand-off: merge the last SFT checkpoint into a Hugging Face model and say how RL should use it.
+
+verl's SFT trainer saves FSDP shards (``global_step_N/model_world_size_W_rank_R.pt``) plus a ``huggingface/``
+folder with config and tokenizer only; vLLM and the RL trainer need a plain HF model. ``python -m verl.model_merger
+merge --backend fsdp`` builds one (on CPU, by design). This module finds the step (``latest_checkpointed_iteration
+.txt`` unless ``--step``), checks the shards are complete, merges into ``<ckpt>/hf_merged`` — the path the RL
+recipes use as their default MODEL_PATH — through a temporary folder and a rename, so a crash never leaves a
+half-written model where RL would load it, and records the source step in ``kit_merge.json`` so a second call is a
+no-op and a merge of another step is refused without ``--force``.
+
+    python -m recipes.launch.handoff --recipe qwen3_4b --hw a3 [--step N] [--ckpt-dir DIR] [--target DIR] [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from recipes.launch import catalog, inputs
+
+MARKER = "kit_merge.json"
+TRACKER = "latest_checkpointed_iteration.txt"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class HandoffError(Exception):
+    """Something is missing or inconsistent; the message says what and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Handoff:
+    sft: catalog.Recipe
+    rl: catalog.Recipe
+    hw: str
+    ckpt_dir: Path
+    step: int
+    step_dir: Path
+    target: Path
+
+    def merge_command(self, target: Path | None = None) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "verl.model_merger",
+            "merge",
+            "--backend",
+            "fsdp",
+            "--local_dir",
+            str(self.step_dir),
+            "--target_dir",
+            str(target or self.target),
+        ]
+
+
+def _recipes(name: str) -> tuple[catalog.Recipe, catalog.Recipe]:
+    """``qwen3_4b`` or either stage's name -> (SFT recipe, RL recipe)."""
+    base = re.sub(r"_(sft|dapo)$", "", name.removeprefix("retool_"))
+    try:
+        return catalog.get(f"{base}_sft"), catalog.get(f"{base}_dapo")
+    except KeyError:
+        models = sorted({r.name.rsplit("_", 1)[0] for r in catalog.RECIPES.values()})
+        raise HandoffError(f"unknown recipe {name!r}; one of {', '.join(models)}") from None
+
+
+def latest_step(ckpt_dir: Path) -> int:
+    tracker = ckpt_dir / TRACKER
+    try:
+        return int(tracker.read_text().strip())
+    except FileNotFoundError:
+        raise HandoffError(f"{tracker} not found: no finished SFT checkpoint in {ckpt_dir} (or pass --step)") from None
+    except ValueError:
+        raise HandoffError(f"{tracker} does not hold a step number") from None
+
+
+def check_step_dir(step_dir: Path) -> None:
+    """The shards the merger reads: fsdp_config.json's world size worth of model files, and huggingface/."""
+    if not step_dir.is_dir():
+        raise HandoffError(f"{step_dir} does not exist")
+    config = step_dir / "fsdp_config.json"
+    try:
+        world = int(json.loads(config.read_text())["world_size"])
+    except (OSError, ValueError, KeyError) as exc:
+        raise HandoffError(f"{config}: cannot read the FSDP world size ({exc})") from None
+    missing = [
+        name
+        for name in [f"model_world_size_{world}_rank_{r}.pt" for r in range(world)] + ["huggingface/config.json"]
+        if not (step_dir / name).is_file()
+    ]
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise HandoffError(f"{step_dir} is incomplete (missing {shown}): was the checkpoint copied whole?")
+
+
+def plan(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Handoff:
+    environ = dict(os.environ) if environ is None else environ
+    sft, rl = _recipes(args.recipe)
+    if args.ckpt_dir:
+        ckpt_dir = Path(args.ckpt_dir).expanduser().absolute()
+    elif environ.get("CKPT_DIR", "").strip():
+        ckpt_dir = Path(environ["CKPT_DIR"]).expanduser().absolute()
+    else:
+        ckpt_dir = inputs.ckpt_root(environ) / sft.experiment_name(args.hw)
+    step = args.step if args.step is not None else latest_step(ckpt_dir)
+    step_dir = ckpt_dir / f"global_step_{step}"
+    check_step_dir(step_dir)
+    target = Path(args.target).expanduser().absolute() if args.target else ckpt_dir / catalog.MERGED_DIR_NAME
+    return Handoff(sft, rl, args.hw, ckpt_dir, step, step_dir, target)
+
+
+def existing_merge(target: Path) -> dict | None:
+    try:
+        return json.loads((target / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def merge(handoff: Handoff, force: bool) -> str:
+    """Merge into ``handoff.target``; returns what happened ("merged" or "already merged")."""
+    previous = existing_merge(handoff.target)
+    if previous and previous.get("step_dir") == str(handoff.step_dir) and not force:
+        return "already merged"
+    if handoff.target.exists() and not force:
+        what = f"a merge of {previous.get('step_dir')}" if previous else "something else"
+        raise HandoffError(f"{handoff.target} already holds {what}; pass --force to replace it, or --target DIR")
+    tmp = handoff.target.with_name(f".{handoff.target.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    start = time.monotonic()
+    proc = subprocess.run(handoff.merge_command(tmp), check=False)
+    if proc.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise HandoffError(f"verl.model_merger failed (exit {proc.returncode}); see its output above")
+    marker = {"step_dir": str(handoff.step_dir), "step": handoff.step, "merged_s": round(time.monotonic() - start, 1)}
+    (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    if handoff.target.exists():
+        shutil.rmtree(handoff.target)
+    os.replace(tmp, handoff.target)
+    return "merged"
+
+
+def rl_instructions(handoff: Handoff) -> str:
+    model = shlex.quote(str(handoff.target))
+    default = inputs.default_model_path(handoff.rl, handoff.hw, os.environ)
+    lines = [
+        f"model for RL: {handoff.target}",
+        f"  run:      MODEL_PATH={model} bash {handoff.rl.script} --hw {handoff.hw}",
+        f"  override: {inputs.model_key(handoff.rl)}={model}",
+    ]
+    if Path(default) == handoff.target:
+        lines.append(f"  ({handoff.rl.script} --hw {handoff.hw} uses this path by default)")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/sft_to_rl.sh",
+        description="Merge the last SFT checkpoint (verl FSDP shards) into a Hugging Face model for the RL stage, "
+        "with python -m verl.model_merger, and print the MODEL_PATH / override the RL recipe expects.",
+        epilog="Default checkpoint dir: $CKPT_DIR, else $CKPT_ROOT/<recipe>_sft_<hw> (what the SFT recipe wrote). "
+        f"Default target: <ckpt dir>/{catalog.MERGED_DIR_NAME}, the RL recipe's default MODEL_PATH.",
+    )
+    parser.add_argument("--recipe", default="qwen3_4b", help="qwen3_4b or qwen2.5_32b (either stage's name works)")
+    parser.add_argument("--hw", default=os.environ.get("KIT_HW") or "a3", choices=list(catalog_profiles()))
+    parser.add_argument("--ckpt-dir", help="the SFT run's trainer.default_local_dir")
+    parser.add_argument("--step", type=int, help="merge global_step_STEP instead of the latest")
+    parser.add_argument("--target", help=f"output folder (default <ckpt dir>/{catalog.MERGED_DIR_NAME})")
+    parser.add_argument("--force", action="store_true", help="replace a target that holds another merge")
+    parser.add_argument("--dry-run", action="store_true", help="check and print the merge command; merge nothing")
+    return parser
+
+
+def catalog_profiles() -> tuple[str, ...]:
+    from npu_kernels.env_presets import HARDWARE
+
+    return HARDWARE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        handoff = plan(args)
+        print(f"SFT checkpoint: {handoff.step_dir} (step {handoff.step})")
+        if args.dry_run:
+            print("merge command: " + shlex.join(handoff.merge_command()))
+            print(rl_instructions(handoff))
+            print("dry run: nothing merged")
+            return EXIT_OK
+        print(f"{merge(handoff, args.force)}: {handoff.target}")
+        print(rl_instructions(handoff))
+    except HandoffError as exc:
+        print(f"sft_to_rl: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

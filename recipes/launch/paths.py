@@ -1,0 +1,99 @@
+"""Checks that need this machine's filesystem or network: model, data, checkpoint dir, sandbox; dataset sizes.
+
+Skipped with ``--no-path-check`` (planning a cluster run from a laptop), except reading a dataset's row count when
+the file happens to be there: the steps-per-epoch line of the dry-run table is worth having whenever it is free.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from recipes.launch.inputs import Input
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A path problem: ``error`` stops the launch, otherwise it is a warning."""
+
+    message: str
+    error: bool = True
+
+
+def _named(value: str, source: Input | None) -> str:
+    if source is None:
+        return value
+    return f"{source.env}={value}" if source.source == "env" else f"{value} (default of {source.env})"
+
+
+def check_model(path: str, source: Input | None) -> list[Problem]:
+    where = Path(path)
+    hint = f"\n  -> {source.hint}, or set MODEL_PATH" if source else ""
+    if not where.is_dir():
+        return [Problem(f"model {_named(path, source)} does not exist{hint}")]
+    if not (where / "config.json").is_file():
+        return [Problem(f"model {_named(path, source)} has no config.json: not a Hugging Face model folder{hint}")]
+    return []
+
+
+def check_data(path: str, source: Input | None, phase: str) -> list[Problem]:
+    """SFT reads parquet files only; the kit's RL dataset also takes folders, json(l) and hub ids."""
+    where = Path(path)
+    hint = f"\n  -> {source.hint}, or set {source.env}" if source else ""
+    if where.is_file():
+        return []
+    if where.is_dir() and phase == "rl":
+        return []
+    if phase == "rl" and not where.exists() and _HUB_ID.match(path):
+        return [Problem(f"data {path} is not a local path: it will be downloaded as a hub dataset", error=False)]
+    kind = "parquet file" if phase == "sft" else "file or folder"
+    return [Problem(f"data {_named(path, source)} is not an existing {kind}{hint}")]
+
+
+def check_ckpt_dir(path: str, source: Input | None) -> list[Problem]:
+    """The trainer creates the folder; its nearest existing parent must be writable."""
+    where = Path(path)
+    parent = where
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        return [Problem(f"checkpoint dir {_named(path, source)}: {parent} is not a writable folder")]
+    return []
+
+
+def check_sandbox(url: str, source: Input | None, timeout_s: float = 5.0) -> list[Problem]:
+    """Run ``print(1)`` through the kit's sandbox client: RL without a sandbox trains on 'tool unavailable' notes."""
+    from recipes.retool.sandbox_client import SandboxClient
+
+    hint = f"\n  -> start it: {source.hint}; or set RETOOL_SANDBOX_URL" if source else ""
+    try:
+        client = SandboxClient(url, run_timeout_s=timeout_s, max_retries=0, request_margin_s=2.0)
+    except ValueError as exc:
+        return [Problem(f"sandbox {_named(url, source)}: {exc}")]
+    result = client.run("print(1)")
+    client.close()
+    if result.kind != "finished" or result.stdout.strip() != "1":
+        detail = result.message or f"{result.kind}, stdout {result.stdout.strip()[:80]!r}"
+        return [Problem(f"sandbox {_named(url, source)} did not run print(1): {detail}{hint}")]
+    return []
+
+
+def parquet_rows(paths: str | list[str]) -> int | None:
+    """Total rows of local parquet files (footer metadata only: instant even for big files), else None."""
+    files = [paths] if isinstance(paths, str) else list(paths)
+    total = 0
+    for item in files:
+        where = Path(str(item))
+        if where.suffix != ".parquet" or not where.is_file():
+            return None
+        try:
+            import pyarrow.parquet as pq
+
+            total += pq.ParquetFile(where).metadata.num_rows
+        except Exception:  # noqa: BLE001  (an unreadable file is reported by the trainer; here it only costs a line)
+            return None
+    return total

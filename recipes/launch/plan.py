@@ -1,0 +1,286 @@
+"""Turn (recipe, hardware profile, user overrides, environment) into the exact verl command, and check it first.
+
+One function, :func:`build`, serves both the dry run and the real launch, so what a dry run approves is byte for
+byte what runs. The command is assembled from, in order: the hardware profile (``profile=<hw>``), the device
+abstraction's overrides and devices per node (:mod:`npu_kernels.device`), the environment inputs
+(:mod:`recipes.launch.inputs`), the kit's own files (reward, tool config), and last the user's overrides, which win:
+any key the user sets drops the launcher's value for it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from npu_kernels.device import PLATFORMS, PROFILES, current_platform, import_torch_npu
+from recipes.launch import checks, compose, inputs, paths
+from recipes.launch.catalog import CONFIG_DIR, KIT_ROOT, Recipe
+from recipes.launch.compose import ConfigError
+
+SFT_ENTRY = "verl.trainer.fsdp_sft_trainer"
+RL_ENTRY = "verl.trainer.main_ppo"
+KIT_REWARD_PATH = KIT_ROOT / "recipes" / "retool" / "reward.py"
+KIT_TOOL_CONFIG = KIT_ROOT / "recipes" / "retool" / "code_interpreter.yaml"
+DEFAULT_MASTER_PORT = "29500"
+
+_SAFE_VALUE = re.compile(r"[\w./:@+\-]+")
+_KEY = re.compile(r"^(?:~|\+\+|\+)?([^=]+)=")
+
+
+class UsageError(Exception):
+    """The request itself is wrong (not the config): unknown recipe/profile, a `profile=` override, ..."""
+
+
+def hydra_override(key: str, value: object) -> str:
+    """``key=value`` in Hydra's override grammar; values outside a safe character set are single-quoted."""
+    text = str(value)
+    if _SAFE_VALUE.fullmatch(text):
+        return f"{key}={text}"
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
+    return f"{key}='{escaped}'"
+
+
+def override_key(override: str) -> str | None:
+    """The config key an override sets (``+a.b=1`` and ``a.b=1`` both set ``a.b``); None for a malformed one."""
+    match = _KEY.match(override.strip())
+    return match.group(1).strip() if match else None
+
+
+@dataclass
+class Plan:
+    """Everything a dry run prints and a launch executes."""
+
+    recipe: Recipe
+    hw: str
+    argv: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # set for the command only (shown as an `env` prefix)
+    cfg: DictConfig | None = None  # resolved
+    inputs: list[inputs.Input] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    rows_in_train: int | None = None
+
+    @property
+    def command(self) -> list[str]:
+        """The full command line, ``env K=V ...`` first when the command needs extra variables."""
+        prefix = ["env", *(f"{k}={v}" for k, v in self.env.items())] if self.env else []
+        return prefix + self.argv
+
+
+def _device_overrides(recipe: Recipe, hw: str) -> list[str]:
+    profile = PROFILES[hw]
+    out = [f"profile={hw}", *PLATFORMS[profile.platform].verl_overrides(recipe.phase)]
+    if profile.devices_per_node:
+        out.append(f"trainer.n_gpus_per_node={profile.devices_per_node}")
+    return out
+
+
+def _without(ours: Sequence[str], user_keys: set[str]) -> list[str]:
+    return [item for item in ours if override_key(item) not in user_keys]
+
+
+def _check_user_overrides(user: Sequence[str]) -> set[str]:
+    keys = set()
+    for item in user:
+        if "\n" in item or "\r" in item:
+            raise UsageError(f"override {item!r} contains a line break")
+        key = override_key(item)
+        if key is None:
+            raise UsageError(f"{item!r} is not a Hydra override (key=value)")
+        if key == "profile":
+            raise UsageError("choose the hardware profile with --hw (or KIT_HW), not a profile= override")
+        keys.add(key)
+    return keys
+
+
+def _rl_job_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """Variables every Ray worker of the job must see, whichever node it lands on."""
+    out = {}
+    modules = environ.get("VERL_USE_EXTERNAL_MODULES", "").strip()
+    if modules:
+        out["VERL_USE_EXTERNAL_MODULES"] = modules
+    return out
+
+
+def build(
+    recipe: Recipe,
+    hw: str,
+    user_overrides: Sequence[str] = (),
+    *,
+    path_check: bool = True,
+    for_launch: bool = False,
+    environ: Mapping[str, str] | None = None,
+) -> Plan:
+    """Compose, validate and check; never raises for a bad config (see ``Plan.errors``), only for bad usage."""
+    environ = os.environ if environ is None else environ
+    if hw not in PROFILES:
+        raise UsageError(f"unknown hardware profile {hw!r}; choose one of {', '.join(PROFILES)}")
+    user = list(user_overrides)
+    user_keys = _check_user_overrides(user)
+    plan = Plan(recipe, hw)
+    plan.inputs = inputs.resolve(recipe, hw, environ)
+
+    ours = _device_overrides(recipe, hw) + [hydra_override(i.override_key, i.value) for i in plan.inputs]
+    if recipe.phase == "rl":
+        ours += [
+            hydra_override("custom_reward_function.path", KIT_REWARD_PATH),
+            hydra_override("actor_rollout_ref.rollout.multi_turn.tool_config_path", KIT_TOOL_CONFIG),
+        ]
+        ours += [hydra_override(f"+{inputs.RL_ENV_KEY}.{k}", v) for k, v in _rl_job_env(environ).items()]
+
+    # First composition: only to learn the experiment name (the user may have changed it), which names CKPT_DIR.
+    try:
+        first = compose.compose(recipe, _without(ours, user_keys) + user)
+    except ConfigError as exc:
+        plan.errors.append(f"the config does not compose (Hydra, as verl would run it):\n{exc}")
+        return plan
+    ckpt = inputs.ckpt_input(str(first.trainer.experiment_name), environ)
+    plan.inputs.append(ckpt)
+    ours.append(hydra_override(ckpt.key, ckpt.value))
+    ckpt_dir = str(first.trainer.default_local_dir) if ckpt.key in user_keys else ckpt.value
+    tensorboard = environ.get("TENSORBOARD_DIR", "").strip() or str(Path(ckpt_dir) / "tensorboard")
+    if recipe.phase == "rl":
+        ours.append(hydra_override(f"+{inputs.RL_ENV_KEY}.TENSORBOARD_DIR", tensorboard))
+    plan.env["TENSORBOARD_DIR"] = tensorboard  # verl's tracker default is ./tensorboard_log: keep it with the run
+
+    overrides = _without(ours, user_keys) + user
+    try:
+        plan.cfg = compose.resolved(compose.compose(recipe, overrides))
+    except ConfigError as exc:
+        plan.errors.append(f"the config does not compose (Hydra, as verl would run it):\n{exc}")
+        return plan
+    plan.inputs = [_effective(item, plan.cfg, user_keys) for item in plan.inputs]
+    _validate(plan)
+    if path_check:
+        _check_paths(plan)
+    if for_launch:
+        _check_this_machine(plan, environ)
+    plan.rows_in_train = paths.parquet_rows(_as_list(plan.cfg.data.train_files))
+    plan.argv = _argv(plan, overrides, environ)
+    return plan
+
+
+def _effective(item: inputs.Input, cfg: DictConfig, user_keys: set[str]) -> inputs.Input:
+    """An input as the composed config has it: a user override of its key beats the environment."""
+    if item.key not in user_keys:
+        return item
+    return replace(item, value=str(OmegaConf.select(cfg, item.key)), source="override")
+
+
+def _as_list(value: object) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    return [str(v) for v in value]  # type: ignore[attr-defined]
+
+
+def _validate(plan: Plan) -> None:
+    cfg = plan.cfg
+    assert cfg is not None
+    missing = [i.key for i in plan.inputs if OmegaConf.select(cfg, i.key) in (None, "")]
+    if missing:
+        plan.errors.append(f"required values are unset: {', '.join(missing)}")
+        return
+    try:
+        if plan.recipe.phase == "rl":
+            plan.checked += compose.validate_rl(cfg)
+        else:
+            plan.checked += compose.validate_sft(cfg)
+    except ConfigError as exc:
+        plan.errors.append(f"verl rejects the config: {exc}")
+    model = OmegaConf.select(cfg, inputs.model_key(plan.recipe))
+    heads = checks.model_heads(model, plan.recipe.model)
+    try:
+        found = checks.check_rl(cfg, heads) if plan.recipe.phase == "rl" else checks.check_sft(cfg, heads)
+    except Exception as exc:  # noqa: BLE001  (a value of the wrong type: report it, do not crash the planner)
+        found = [f"kit checks could not run: {type(exc).__name__}: {exc}"]
+    plan.errors += found
+    plan.checked.append(f"kit layout/batch checks (heads: {heads.attention}/{heads.kv} from {heads.source})")
+
+
+def _source_of(plan: Plan, key: str) -> inputs.Input | None:
+    for item in plan.inputs:
+        if item.key == key:
+            return item
+    return None
+
+
+def _check_paths(plan: Plan) -> None:
+    cfg, phase = plan.cfg, plan.recipe.phase
+    assert cfg is not None
+    problems: list[paths.Problem] = []
+    model_key = inputs.model_key(plan.recipe)
+    problems += paths.check_model(str(OmegaConf.select(cfg, model_key)), _source_of(plan, model_key))
+    for key in ("data.train_files", "data.val_files"):
+        for item in _as_list(OmegaConf.select(cfg, key)):
+            problems += paths.check_data(item, _source_of(plan, key), phase)
+    problems += paths.check_ckpt_dir(str(cfg.trainer.default_local_dir), _source_of(plan, "trainer.default_local_dir"))
+    if phase == "rl":
+        url_key = f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL"
+        url = OmegaConf.select(cfg, url_key)
+        if url:
+            problems += paths.check_sandbox(str(url), _source_of(plan, url_key))
+    plan.errors += [p.message for p in problems if p.error]
+    plan.warnings += [p.message for p in problems if not p.error]
+    plan.checked.append("paths" + (" and sandbox" if phase == "rl" else ""))
+
+
+def _check_this_machine(plan: Plan, environ: Mapping[str, str]) -> None:
+    """Only for a real launch: the profile's platform must be this machine's, with enough devices."""
+    cfg = plan.cfg
+    assert cfg is not None
+    profile = PROFILES[plan.hw]
+    if profile.platform == "cpu":
+        return
+    here = current_platform()
+    if here.name != profile.platform:
+        status = import_torch_npu()[1] if profile.platform == "npu" else "no CUDA device"
+        plan.errors.append(
+            f"profile {plan.hw} runs on {profile.platform}, but this machine's platform is {here.name} "
+            f"(torch_npu: {status}). On an NPU host use the kit's image or source CANN's set_env.sh; "
+            "to plan from here, add --dry-run."
+        )
+        return
+    wanted, count = int(cfg.trainer.n_gpus_per_node), here.device_count()
+    if count < wanted:
+        plan.errors.append(
+            f"trainer.n_gpus_per_node={wanted} but this node has {count} visible {profile.platform.upper()} devices"
+            + (" (an A2 node? use --hw a2)" if plan.hw == "a3" and count == 8 else "")
+        )
+    if plan.recipe.phase == "sft" and int(cfg.trainer.nnodes) > 1:
+        missing = [name for name in ("MASTER_ADDR", "NODE_RANK") if not environ.get(name, "").strip()]
+        if missing:
+            plan.errors.append(
+                f"trainer.nnodes={cfg.trainer.nnodes}: set {' and '.join(missing)} on every node "
+                "(MASTER_ADDR = node 0's address, NODE_RANK = 0..nnodes-1)"
+            )
+
+
+def _torchrun_args(cfg: DictConfig, environ: Mapping[str, str]) -> list[str]:
+    nnodes, per_node = int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node)
+    if nnodes == 1:
+        return ["--standalone", "--nnodes=1", f"--nproc_per_node={per_node}"]
+    return [
+        f"--nnodes={nnodes}",
+        f"--nproc_per_node={per_node}",
+        f"--node_rank={environ.get('NODE_RANK', '').strip() or '<NODE_RANK>'}",
+        f"--master_addr={environ.get('MASTER_ADDR', '').strip() or '<MASTER_ADDR>'}",
+        f"--master_port={environ.get('MASTER_PORT', '').strip() or DEFAULT_MASTER_PORT}",
+    ]
+
+
+def _argv(plan: Plan, overrides: Sequence[str], environ: Mapping[str, str]) -> list[str]:
+    assert plan.cfg is not None
+    config = ["--config-path", str(CONFIG_DIR), "--config-name", plan.recipe.config_name]
+    if plan.recipe.phase == "sft":
+        launcher = [sys.executable, "-m", "torch.distributed.run", *_torchrun_args(plan.cfg, environ), "-m", SFT_ENTRY]
+        return [*launcher, *config, *overrides]
+    return [sys.executable, "-m", RL_ENTRY, *config, *overrides]

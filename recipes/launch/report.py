@@ -1,0 +1,220 @@
+"""The dry-run table: the handful of numbers that decide whether a run fits, and how long it is.
+
+One ``name: value`` line per row (stable names, parsed by the tests), computed from the resolved config exactly as
+verl will see it, then the errors and warnings, then the command. Steps per epoch follow verl's data loaders: RL
+draws ``train_batch_size`` prompts per step with ``drop_last``; SFT shards the rows over the data-parallel ranks
+(``DistributedSampler(drop_last=True)``) and each rank draws ``train_batch_size / dp`` per step.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from npu_kernels.device import PLATFORMS, PROFILES
+from recipes.launch import inputs
+from recipes.launch.plan import Plan
+
+
+def _flag(value: object, on: str, off: str) -> str:
+    return on if value else off
+
+
+def _freq(value: int) -> str:
+    return "never" if int(value) <= 0 else f"every {value} steps"
+
+
+def steps_per_epoch(plan: Plan) -> tuple[int | None, str]:
+    """(steps, how) from the training rows, or (None, why not)."""
+    cfg = plan.cfg
+    assert cfg is not None
+    if plan.rows_in_train is None:
+        return None, "dataset size not readable here"
+    rows = plan.rows_in_train
+    limit = int(cfg.data.get("train_max_samples", -1) or -1)
+    if 0 < limit < rows:
+        rows = limit
+    batch = int(cfg.data.train_batch_size)
+    if plan.recipe.phase == "sft":
+        world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+        dp = max(1, world // int(cfg.ulysses_sequence_parallel_size))
+        steps = (rows // dp) // max(1, batch // dp)
+        return steps, f"{rows:,} rows / batch {batch}"
+    return rows // batch, f"{rows:,} rows / batch {batch}, before overlong prompts are dropped"
+
+
+def total_steps(plan: Plan) -> str:
+    cfg = plan.cfg
+    assert cfg is not None
+    fixed = cfg.trainer.get("total_training_steps")
+    per_epoch, _ = steps_per_epoch(plan)
+    epochs = int(cfg.trainer.total_epochs)
+    if fixed:
+        return f"{fixed} (trainer.total_training_steps)"
+    if per_epoch is None:
+        return f"{epochs} epoch(s) x steps per epoch"
+    return f"{per_epoch * epochs} ({epochs} epoch(s) x {per_epoch})"
+
+
+def _input_value(plan: Plan, key: str) -> str:
+    for item in plan.inputs:
+        if item.key == key:
+            origin = {"env": item.env, "default": f"default; set {item.env}", "override": "override"}[item.source]
+            return f"{item.value}  ({origin})"
+    return "?"
+
+
+def _common_head(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
+    profile = PROFILES[plan.hw]
+    platform = PLATFORMS[profile.platform]
+    memory = f", {profile.memory_gb_per_device} GB per device" if profile.memory_gb_per_device else ""
+    nnodes, per_node = int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node)
+    unit = "worker processes" if profile.platform == "cpu" else f"{platform.ray_resource} devices"
+    return [
+        ("recipe", f"{plan.recipe.name}  (config {plan.recipe.config_name}, profile {plan.hw})"),
+        ("reference", plan.recipe.reference),
+        ("device", f"{cfg.trainer.device}  ({profile.note}{memory})"),
+        ("nodes", f"{nnodes} x {per_node} {unit} = {nnodes * per_node}"),
+    ]
+
+
+def _sft_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
+    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    sp = int(cfg.ulysses_sequence_parallel_size)
+    dp = max(1, world // sp)
+    batch, micro = int(cfg.data.train_batch_size), int(cfg.data.micro_batch_size_per_gpu)
+    accumulate = max(1, batch // dp // micro)
+    return [
+        ("entry", "torchrun -m verl.trainer.fsdp_sft_trainer"),
+        (
+            "parallel",
+            f"{cfg.model.strategy}, Ulysses SP {sp} -> data-parallel {dp}, "
+            f"remove padding {_flag(cfg.use_remove_padding, 'on', 'off')}",
+        ),
+        (
+            "batch",
+            f"{batch} sequences/step = dp {dp} x {batch // dp}; micro-batch {micro} per device "
+            f"-> {accumulate} accumulation step(s)",
+        ),
+        ("lengths", f"max_length {cfg.data.max_length} (truncation {cfg.data.truncation})"),
+        (
+            "optim",
+            f"lr {cfg.optim.lr}, {cfg.optim.lr_scheduler} schedule, warmup ratio {cfg.optim.lr_warmup_steps_ratio}",
+        ),
+    ]
+
+
+def _rl_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
+    arr = cfg.actor_rollout_ref
+    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    sp, tp = int(arr.actor.ulysses_sequence_parallel_size), int(arr.rollout.tensor_model_parallel_size)
+    batch, n, mini = int(cfg.data.train_batch_size), int(arr.rollout.n), int(arr.actor.ppo_mini_batch_size)
+    offload = [name for name in ("param", "optimizer") if arr.actor.fsdp_config.get(f"{name}_offload")]
+    micro = (
+        f"dynamic, {arr.actor.ppo_max_token_len_per_gpu} tokens/device"
+        if arr.actor.use_dynamic_bsz
+        else f"{arr.actor.ppo_micro_batch_size_per_gpu} per device"
+    )
+    mt = arr.rollout.multi_turn
+    vk = arr.rollout.val_kwargs
+    reward = cfg.custom_reward_function
+    kwargs = ", ".join(f"{k}={v}" for k, v in (reward.get("reward_kwargs") or {}).items())
+    kl = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
+    return [
+        ("entry", "python -m verl.trainer.main_ppo"),
+        (
+            "training",
+            f"{arr.actor.strategy}, Ulysses SP {sp} -> data-parallel {max(1, world // sp)}, offload "
+            f"{'+'.join(offload) or 'off'}, fused log-probs {_flag(arr.model.use_fused_kernels, 'on', 'off')}, "
+            f"torch.compile {_flag(arr.actor.use_torch_compile, 'on', 'off')}",
+        ),
+        (
+            "rollout",
+            f"{arr.rollout.name} {arr.rollout.mode}, TP {tp} -> {max(1, world // tp)} replica(s), "
+            f"gpu_memory_utilization {arr.rollout.gpu_memory_utilization}, "
+            f"{_flag(arr.rollout.enforce_eager, 'eager', 'graphs')}, {arr.rollout.agent.num_workers} agent workers",
+        ),
+        (
+            "batch",
+            f"{batch} prompts x {n} samples = {batch * n} trajectories/step; mini-batch {mini} "
+            f"-> {max(1, batch // mini)} update(s)/step; micro-batch {micro}",
+        ),
+        (
+            "lengths",
+            f"prompt {cfg.data.max_prompt_length} + response {cfg.data.max_response_length} = "
+            f"{int(cfg.data.max_prompt_length) + int(cfg.data.max_response_length)} tokens",
+        ),
+        (
+            "multi-turn",
+            f"{mt.format}, {mt.max_user_turns} user / {mt.max_assistant_turns} assistant turns, "
+            f"tool output <= {mt.max_tool_response_length} chars",
+        ),
+        (
+            "algorithm",
+            f"{cfg.algorithm.adv_estimator}, KL {_flag(kl, 'on', 'off')}, "
+            f"clip {arr.actor.clip_ratio_low}/{arr.actor.clip_ratio_high} (c {arr.actor.clip_ratio_c}), "
+            f"lr {arr.actor.optim.lr}",
+        ),
+        (
+            "validation",
+            f"n={vk.n}, temperature {vk.temperature}, top_p {vk.top_p}; "
+            f"{_flag(cfg.trainer.val_before_train, 'before training and ', '')}{_freq(cfg.trainer.test_freq)}",
+        ),
+        ("reward", f"{Path(str(reward.path)).name}:{reward.name}" + (f" ({kwargs})" if kwargs else "")),
+        ("sandbox", _input_value(plan, f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL")),
+    ]
+
+
+def rows(plan: Plan) -> list[tuple[str, str]]:
+    cfg = plan.cfg
+    assert cfg is not None
+    body = _sft_rows(plan, cfg) if plan.recipe.phase == "sft" else _rl_rows(plan, cfg)
+    per_epoch, how = steps_per_epoch(plan)
+    keep = cfg.trainer.get("max_ckpt_to_keep", cfg.trainer.get("max_actor_ckpt_to_keep"))
+    tail = [
+        ("model", _input_value(plan, inputs.model_key(plan.recipe))),
+        ("train data", _input_value(plan, "data.train_files")),
+        ("val data", _input_value(plan, "data.val_files")),
+        ("steps/epoch", f"{per_epoch}  ({how})" if per_epoch is not None else f"unknown  ({how})"),
+        ("total steps", total_steps(plan)),
+        ("checkpoints", f"{_input_value(plan, 'trainer.default_local_dir')}"),
+        ("saving", f"{_freq(cfg.trainer.save_freq)}, keep {keep if keep else 'all'}"),
+        ("logger", f"{', '.join(cfg.trainer.logger)}; tensorboard dir {plan.env.get('TENSORBOARD_DIR', '?')}"),
+        ("environment", f"python -m npu_kernels.device env --phase {plan.recipe.phase} --hw {plan.hw}"),
+        ("checked", "; ".join(plan.checked) if plan.checked else "nothing (errors first)"),
+    ]
+    return _common_head(plan, cfg) + body + tail
+
+
+def render_table(plan: Plan) -> str:
+    width = max(len(name) for name, _ in rows(plan)) + 2
+    return "\n".join(f"{name + ':':<{width}}{value}" for name, value in rows(plan))
+
+
+def render_command(plan: Plan) -> str:
+    """The command as a copy-pasteable shell line: launcher first, then one config option or override per line."""
+    words = [shlex.quote(word) for word in plan.command]
+    split = plan.command.index("--config-path")
+    lines = [" ".join(words[:split]), " ".join(words[split : split + 2]), " ".join(words[split + 2 : split + 4])]
+    lines += words[split + 4 :]
+    return " \\\n    ".join(lines)
+
+
+def render(plan: Plan, *, dry_run: bool) -> str:
+    """Table, problems and (for a dry run) the command."""
+    parts = []
+    if plan.cfg is not None:
+        parts.append(render_table(plan))
+    parts += [f"warning: {w}" for w in plan.warnings]
+    parts += [f"error: {e}" for e in plan.errors]
+    if dry_run and plan.argv:
+        parts.append(
+            f"command (after `source <(python -m npu_kernels.device env --phase {plan.recipe.phase} "
+            f"--hw {plan.hw})`, as the run script does):\n  {render_command(plan)}"
+        )
+    if dry_run:
+        verdict = "FAILED" if plan.errors else "OK"
+        parts.append(f"dry run {verdict}: nothing was started (no Ray, no torchrun, no model loaded)")
+    return "\n".join(parts)

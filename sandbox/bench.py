@@ -1,0 +1,142 @@
+"""Load test for any SandboxFusion-compatible ``/run_code`` URL: latency percentiles and requests/s.
+
+Each snippet's stdout is checked, so a fast wrong answer counts as an error, not as throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import httpx
+
+#: name → (code, expected stdout)
+SNIPPETS: dict[str, tuple[str, str]] = {
+    "print": ("print(1 + 1)", "2"),
+    "numpy": ("import numpy as np; print(np.arange(10).sum())", "45"),
+    "sympy": (
+        "import sympy; print(sympy.factorint(2**64 - 1))",
+        "{3: 1, 5: 1, 17: 1, 257: 1, 641: 1, 65537: 1, 6700417: 1}",
+    ),
+    "sum": ("print(sum(range(10**5)))", "4999950000"),
+    "loop": (
+        "s = 0\nfor i in range(3 * 10**5):\n    s += i * i % 7\nprint(s)",
+        str(sum(i * i % 7 for i in range(3 * 10**5))),
+    ),
+}
+
+
+@dataclass
+class BenchRow:
+    snippet: str
+    concurrency: int
+    requests: int
+    ok: int
+    errors: int
+    p50_ms: float
+    p95_ms: float
+    req_per_s: float
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+async def _one(client: httpx.AsyncClient, url: str, code: str, expected: str, timeout: float) -> tuple[bool, float]:
+    payload = {"code": code, "language": "python", "run_timeout": 30, "memory_limit_MB": 1024}
+    started = time.perf_counter()
+    try:
+        resp = await client.post(url, json=payload, timeout=timeout)
+        body = resp.json()
+        ok = (
+            resp.status_code == 200
+            and body.get("status") == "Success"
+            and (body.get("run_result") or {}).get("stdout", "").strip() == expected
+        )
+    except (httpx.HTTPError, ValueError):
+        ok = False
+    return ok, time.perf_counter() - started
+
+
+async def bench_one(url: str, snippet: str, concurrency: int, requests: int, warmup: int, timeout: float) -> BenchRow:
+    code, expected = SNIPPETS[snippet]
+    limits = httpx.Limits(max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4)
+    async with httpx.AsyncClient(limits=limits) as client:
+        for _ in range(warmup):
+            await _one(client, url, code, expected, timeout)
+        queue: asyncio.Queue[int] = asyncio.Queue()
+        for i in range(requests):
+            queue.put_nowait(i)
+        latencies: list[float] = []
+        errors = 0
+
+        async def drain() -> None:
+            nonlocal errors
+            while True:
+                try:
+                    queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    return
+                ok, seconds = await _one(client, url, code, expected, timeout)
+                latencies.append(seconds)
+                errors += not ok
+
+        started = time.perf_counter()
+        await asyncio.gather(*(drain() for _ in range(concurrency)))
+        wall = time.perf_counter() - started
+    return BenchRow(
+        snippet=snippet,
+        concurrency=concurrency,
+        requests=requests,
+        ok=requests - errors,
+        errors=errors,
+        p50_ms=round(percentile(latencies, 0.5) * 1000, 1),
+        p95_ms=round(percentile(latencies, 0.95) * 1000, 1),
+        req_per_s=round(requests / wall, 1),
+    )
+
+
+def format_table(rows: list[BenchRow]) -> str:
+    header = f"{'snippet':<8} {'conc':>5} {'reqs':>5} {'errors':>6} {'p50 ms':>9} {'p95 ms':>9} {'req/s':>8}"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(
+            f"{r.snippet:<8} {r.concurrency:>5} {r.requests:>5} {r.errors:>6} {r.p50_ms:>9.1f} {r.p95_ms:>9.1f} "
+            f"{r.req_per_s:>8.1f}"
+        )
+    return "\n".join(lines)
+
+
+async def run_bench(
+    url: str, snippets: list[str], concurrencies: list[int], requests: int, warmup: int, timeout: float
+) -> list[BenchRow]:
+    rows = []
+    for snippet in snippets:
+        for concurrency in concurrencies:
+            rows.append(await bench_one(url, snippet, concurrency, requests, warmup, timeout))
+    return rows
+
+
+def run_bench_cli(args: argparse.Namespace) -> int:
+    snippets = [s.strip() for s in args.snippets.split(",") if s.strip()]
+    unknown = [s for s in snippets if s not in SNIPPETS]
+    if unknown:
+        raise SystemExit(f"unknown snippets {unknown}; choose from {sorted(SNIPPETS)}")
+    concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    rows = asyncio.run(run_bench(args.url, snippets, concurrencies, args.requests, args.warmup, args.timeout))
+    print(f"bench {args.url}")
+    print(format_table(rows))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump([asdict(r) for r in rows], f, indent=2)
+    return 1 if any(r.errors for r in rows) else 0

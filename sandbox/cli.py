@@ -1,0 +1,174 @@
+"""``retool-sandbox serve`` (the service) and ``retool-sandbox bench`` (a load test for any /run_code URL)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from sandbox.settings import DEFAULT_PRELOAD, SandboxSettings
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = SandboxSettings()
+    parser = argparse.ArgumentParser(
+        prog="retool-sandbox",
+        description="SandboxFusion-compatible /run_code service (warm fork-server workers, bubblewrap isolation).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the /run_code HTTP service")
+    serve.add_argument("--host", default=defaults.host, help="bind address (default %(default)s: loopback only)")
+    serve.add_argument("--port", type=int, default=defaults.port, help="default %(default)s")
+    serve.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=defaults.workers,
+        help="concurrent executions (default: CPU cores = %(default)s)",
+    )
+    serve.add_argument(
+        "--max-queue",
+        type=int,
+        default=defaults.max_queue,
+        help="requests allowed to wait for a worker; more get the overload answer (default %(default)s)",
+    )
+    serve.add_argument(
+        "--output-limit-kb",
+        type=_positive_int,
+        default=defaults.output_limit_kb,
+        help="cap on stdout and on stderr per run, KiB (default %(default)s)",
+    )
+    serve.add_argument(
+        "--isolation",
+        choices=("auto", "bwrap", "none"),
+        default=defaults.isolation,
+        help="bwrap: require bubblewrap; none: rlimit fallback; auto: bwrap if it runs (default)",
+    )
+    serve.add_argument(
+        "--cold", action="store_true", help="fresh interpreter per request instead of warm fork-server workers (slower)"
+    )
+    serve.add_argument(
+        "--recycle-after",
+        type=_positive_int,
+        default=defaults.recycle_after,
+        help="replace a warm worker after this many requests (default %(default)s)",
+    )
+    serve.add_argument(
+        "--preload",
+        default=",".join(DEFAULT_PRELOAD),
+        help="comma-separated modules warm workers import up front (missing ones are skipped)",
+    )
+    serve.add_argument(
+        "--default-memory-mb",
+        type=int,
+        default=defaults.default_memory_mb,
+        help="memory limit when a request sends memory_limit_MB <= 0; 0 = none (default %(default)s)",
+    )
+    serve.add_argument(
+        "--max-run-timeout",
+        type=float,
+        default=defaults.max_run_timeout,
+        help="largest run_timeout accepted, seconds (default %(default)s)",
+    )
+    serve.add_argument(
+        "--nproc",
+        type=_positive_int,
+        default=defaults.nproc,
+        help="process/thread cap for the sandbox uid (RLIMIT_NPROC, default %(default)s)",
+    )
+    serve.add_argument(
+        "--fsize-mb",
+        type=_positive_int,
+        default=defaults.fsize_mb,
+        help="largest file a run may write, MiB (default %(default)s)",
+    )
+    serve.add_argument(
+        "--sandbox-uid",
+        type=int,
+        default=defaults.sandbox_uid,
+        help="uid/gid of worker slot 0's code when the server is root; slot i uses this minus i "
+        "(default %(default)s, nobody)",
+    )
+    serve.add_argument(
+        "--overload-status",
+        type=int,
+        choices=(429, 503, 504),
+        default=defaults.overload_status,
+        help="HTTP status of overload answers (verl 0.6.1 retries only 504; default %(default)s)",
+    )
+    serve.add_argument("--log-level", default="warning", help="uvicorn/sandbox log level (default %(default)s)")
+
+    bench = sub.add_parser("bench", help="load-test a SandboxFusion-compatible /run_code URL")
+    bench.add_argument("--url", default="http://127.0.0.1:8080/run_code", help="default %(default)s")
+    bench.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts (default %(default)s)")
+    bench.add_argument(
+        "--requests",
+        type=_positive_int,
+        default=100,
+        help="timed requests per snippet and concurrency (default %(default)s)",
+    )
+    bench.add_argument(
+        "--snippets",
+        default="print,numpy,sympy,sum,loop",
+        help="subset of: print, numpy, sympy, sum, loop (default %(default)s)",
+    )
+    bench.add_argument("--warmup", type=int, default=3, help="untimed requests first (default %(default)s)")
+    bench.add_argument("--timeout", type=float, default=60.0, help="HTTP timeout per request, s")
+    bench.add_argument("--json", dest="json_out", help="also write the results as JSON to this file")
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from sandbox.app import create_app
+
+    settings = SandboxSettings(
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        max_queue=args.max_queue,
+        output_limit_kb=args.output_limit_kb,
+        isolation=args.isolation,
+        cold=args.cold,
+        recycle_after=args.recycle_after,
+        preload=tuple(m.strip() for m in args.preload.split(",") if m.strip()),
+        default_memory_mb=args.default_memory_mb,
+        max_run_timeout=args.max_run_timeout,
+        nproc=args.nproc,
+        fsize_mb=args.fsize_mb,
+        sandbox_uid=args.sandbox_uid,
+        sandbox_gid=args.sandbox_uid,
+        overload_status=args.overload_status,
+    )
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=args.log_level.lower(),
+        access_log=False,
+        backlog=4096,
+        timeout_keep_alive=30,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    from sandbox.bench import run_bench_cli
+
+    return run_bench_cli(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

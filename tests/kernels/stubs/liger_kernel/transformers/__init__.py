@@ -1,0 +1,1 @@
+"""Stub package: only ``functional`` exists."""

@@ -1,0 +1,93 @@
+"""Fixtures for the launch-recipe tests: a clean launch environment, a fake model folder, a small parquet."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from kit_testing import REPO_ROOT, kit_env
+
+#: Everything the launcher or the run scripts read from the environment; tests start without any of it.
+LAUNCH_VARS = (
+    "MODEL_PATH",
+    "DATA_DIR",
+    "TRAIN_FILE",
+    "VAL_FILE",
+    "MODELS_DIR",
+    "CKPT_ROOT",
+    "CKPT_DIR",
+    "RETOOL_SANDBOX_URL",
+    "TENSORBOARD_DIR",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NODE_RANK",
+    "KIT_HW",
+    "KIT_DEVICE",
+    "KIT_PYTHON",
+    "VIRTUAL_ENV",
+    "VERL_USE_EXTERNAL_MODULES",
+    "RAY_HEAD_ADDRESS",
+    "RAY_ADDRESS",
+)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    """A HOME of its own, so the launcher's ~/... defaults are known paths."""
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def launch_env(home: Path) -> dict[str, str]:
+    """Environment for the shell entry points: the kit importable, no launch inputs set, HOME = ``home``."""
+    env = kit_env()
+    for name in LAUNCH_VARS:
+        env.pop(name, None)
+    env["HOME"] = str(home)
+    env["KIT_PYTHON"] = sys.executable
+    return env
+
+
+@pytest.fixture
+def plan_env(home: Path) -> dict[str, str]:
+    """Environment mapping for in-process ``plan.build(..., environ=...)`` calls."""
+    return {"HOME": str(home)}
+
+
+@pytest.fixture
+def make_model() -> Callable[..., Path]:
+    """Factory: a folder the path checks accept as a Hugging Face model (only config.json is read before launch)."""
+
+    def make(path: Path, heads: int = 4, kv_heads: int = 2) -> Path:
+        path.mkdir(parents=True, exist_ok=True)
+        config = {"model_type": "qwen3", "num_attention_heads": heads, "num_key_value_heads": kv_heads}
+        (path / "config.json").write_text(json.dumps(config))
+        return path
+
+    return make
+
+
+@pytest.fixture
+def make_parquet() -> Callable[[Path, int], Path]:
+    """Factory: a parquet file of ``rows`` ReTool-SFT-shaped rows (only the row count matters before launch)."""
+
+    def make(path: Path, rows: int) -> Path:
+        import pandas as pd
+
+        message = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "\\boxed{2}"}]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"messages": [message] * rows}).to_parquet(path)
+        return path
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT

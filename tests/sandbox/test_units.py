@@ -1,0 +1,112 @@
+"""Unit tests of the pieces that need no server: wire format, path checks, output cap, bwrap argv, CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sandbox.api_models import RunCodeRequest, check_relative_path, overall_status
+from sandbox.bench import format_table, percentile, run_bench
+from sandbox.isolation import hidden_roots, rebind_args
+from sandbox.output_capture import CappedPipeReader
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    ("run_result", "expected"),
+    [
+        ({"status": "Finished", "return_code": 0}, "Success"),
+        ({"status": "Finished", "return_code": 1}, "Failed"),
+        ({"status": "Finished", "return_code": -11}, "Failed"),
+        ({"status": "TimeLimitExceeded", "return_code": None}, "Failed"),
+        ({"status": "Error", "return_code": None}, "SandboxError"),
+        (None, "SandboxError"),
+    ],
+)
+def test_overall_status_follows_sandboxfusion(run_result, expected) -> None:
+    assert overall_status(run_result) == expected
+
+
+def test_request_defaults_and_extra_fields() -> None:
+    req = RunCodeRequest.model_validate({"code": "x", "unknown": 1, "run_timeout": "3"})
+    assert (req.language, req.run_timeout, req.memory_limit_MB, req.files) == ("python", 3.0, -1, {})
+
+
+@pytest.mark.parametrize("path", ["", "/abs", "../up", "a/../../up", "nul\x00"])
+def test_bad_relative_paths(path) -> None:
+    with pytest.raises(ValueError):
+        check_relative_path(path)
+
+
+@pytest.mark.parametrize("path", ["a.txt", "dir/b.txt", "./c", "a/../d"])
+def test_good_relative_paths(path) -> None:
+    check_relative_path(path)
+
+
+def test_capped_reader_drains_everything_and_marks_truncation() -> None:
+    async def scenario() -> CappedPipeReader:
+        read_fd, write_fd = os.pipe()
+        reader = await CappedPipeReader.attach(read_fd, 1000)
+
+        def write() -> None:
+            with os.fdopen(write_fd, "wb") as f:
+                f.write(b"y" * 300_000)  # far above the 64 KiB pipe buffer: must not block
+
+        await asyncio.get_running_loop().run_in_executor(None, write)
+        await asyncio.wait_for(reader.done, 5)
+        return reader
+
+    reader = asyncio.run(scenario())
+    assert reader.truncated and reader.dropped == 299_000
+    assert reader.text().startswith("y" * 1000) and "299000 more bytes" in reader.text()
+
+
+def test_bwrap_rebind_hides_untraversable_ancestors(tmp_path: Path) -> None:
+    private = tmp_path / "home"
+    python_dir = private / "me" / "py" / "lib"
+    python_dir.mkdir(parents=True)
+    private.chmod(0o700)
+    try:
+        needed = [str(python_dir), "/usr/lib"]
+        hidden = hidden_roots(needed)
+        # the outermost ancestor the sandbox uid cannot traverse (pytest's own 0700 dir may come first)
+        top = next(h for h in hidden if str(private) == h or str(private).startswith(h + "/"))
+        assert "/usr" not in hidden and ("/root" in hidden) == os.path.isdir("/root")
+        joined = " ".join(rebind_args(needed))
+        assert f"--tmpfs {top}" in joined
+        assert f"--ro-bind {python_dir} {python_dir}" in joined
+        assert f"--dir {python_dir.parent}" in joined and "--ro-bind /usr/lib" not in joined
+    finally:
+        private.chmod(0o755)
+
+
+def test_percentile_interpolates() -> None:
+    assert percentile([1, 2, 3, 4], 0.5) == 2.5
+    assert percentile([10.0], 0.95) == 10.0
+
+
+def test_cli_help_lists_the_documented_options() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    serve = subprocess.run(
+        [sys.executable, "-m", "sandbox", "serve", "--help"], capture_output=True, text=True, env=env, cwd=REPO_ROOT
+    )
+    assert serve.returncode == 0
+    for option in ("--host", "--port", "--workers", "--max-queue", "--output-limit-kb", "--isolation", "--cold"):
+        assert option in serve.stdout
+    bench = subprocess.run(
+        [sys.executable, "-m", "sandbox", "bench", "--help"], capture_output=True, text=True, env=env, cwd=REPO_ROOT
+    )
+    assert bench.returncode == 0 and "--concurrency" in bench.stdout and "--requests" in bench.stdout
+
+
+def test_bench_against_a_server(server) -> None:
+    rows = asyncio.run(run_bench(server.url, ["print", "sympy"], [1, 2], requests=4, warmup=1, timeout=60))
+    assert [(r.snippet, r.concurrency) for r in rows] == [("print", 1), ("print", 2), ("sympy", 1), ("sympy", 2)]
+    assert all(r.errors == 0 and r.ok == 4 and r.req_per_s > 0 and r.p95_ms >= r.p50_ms for r in rows)
+    assert "req/s" in format_table(rows)
