@@ -3,18 +3,47 @@
 The patch tests prove two things: the installed (patched) verl behaves, and the same check fails on
 unpatched verl 0.6.1. The unpatched package is taken from the base commit of the patched git tree
 that scripts/setup_verl.sh built (tag ``v0.6.1``), so no network is needed.
+
+The ``check_*`` functions of tests/patches also run in a subprocess (``UnpatchedVerl.run``, via
+``runpy``) where pytest's sys.path is absent; ``kit_env`` puts tests/ on PYTHONPATH so this module
+imports there too. Keep it standard-library only at import time: torch and the kit are imported
+lazily by the helpers that need them, so the sandbox tests do not pay for (or need) torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+import socket
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+TESTS_DIR = REPO_ROOT / "tests"
+
+# The ReTool tool's schema as recipes/retool/code_interpreter.yaml declares it, written out here so the
+# CPU end-to-end tests (SFT data, RL tool config) do not depend on the recipe file's other settings.
+CODE_INTERPRETER_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "code_interpreter",
+        "description": "A tool for executing code.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The code to execute."}},
+            "required": ["code"],
+        },
+    },
+}
 
 
 def verl_tree() -> Path:
@@ -23,12 +52,131 @@ def verl_tree() -> Path:
 
 
 def kit_env(**extra: str) -> dict[str, str]:
-    """Environment for subprocesses: no torch_npu autoload, the kit importable, quiet Ray."""
+    """Environment for subprocesses: no torch_npu autoload, the kit and ``kit_testing`` importable.
+
+    tests/ is there so test files run outside pytest (``UnpatchedVerl.run``) can import this module. It goes
+    last: its sub-folders have no ``__init__.py``, and Python prefers any real package over such a folder.
+    """
     env = dict(os.environ)
     env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO_ROOT), env.get("PYTHONPATH", "")] if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO_ROOT), env.get("PYTHONPATH", ""), str(TESTS_DIR)] if p)
     env.update(extra)
     return env
+
+
+def free_port() -> int:
+    """A TCP port on loopback that is free now (the OS picks it; a race with other processes is accepted)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def tiny_model_dir() -> Path:
+    """The kit's tiny random Qwen3 + real Qwen tokenizer, built once into build/ (cached by fingerprint).
+
+    ``KIT_TINY_MODEL_DIR`` overrides the place, so a CI cache or a read-only image can provide it.
+    """
+    if str(REPO_ROOT) not in sys.path:  # under runpy or a bare interpreter the kit may not be importable yet
+        sys.path.insert(0, str(REPO_ROOT))
+    from recipes.smoke.tiny_model import build_tiny_qwen
+
+    return build_tiny_qwen(Path(os.environ.get("KIT_TINY_MODEL_DIR", REPO_ROOT / "build" / "tiny-qwen3")))
+
+
+def ppo_config(overrides: list[str]) -> DictConfig:
+    """verl's ``ppo_trainer`` config with Hydra ``overrides``, from the verl that is imported.
+
+    Composed from the imported package's own YAML (not a copy), so a check run against unpatched verl
+    sees that version's defaults and config keys.
+    """
+    import verl
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
+        return compose("ppo_trainer", overrides=overrides)
+
+
+@contextlib.contextmanager
+def gloo_world_of_one(init_process_group: bool = True) -> Iterator[None]:
+    """A torchrun-style environment for a world of one process, on a free port.
+
+    With ``init_process_group`` (the default) a gloo group is made here, so a check that only needs *a*
+    group does not depend on the kit's backend patch; without it the code under test must make the group
+    itself (what the backend-patch check is about). Either way os.environ is restored and any group left
+    behind is destroyed, so checks running one after another in one interpreter do not see each other's.
+    """
+    import torch.distributed as dist
+
+    saved = dict(os.environ)
+    os.environ.update(
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="1",
+        LOCAL_WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+    )
+    try:
+        if init_process_group:
+            dist.init_process_group("gloo", rank=0, world_size=1)
+        yield
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def run_ranks(code: str, world_size: int = 2, timeout: float = 240) -> None:
+    """Run ``code`` in ``world_size`` fresh interpreters (one per rank); fail with all their outputs.
+
+    Each rank gets this process's environment plus ``RANK``, ``WORLD_SIZE`` and a shared free ``PORT``
+    for its ``tcp://`` rendezvous. Fresh interpreters, not threads: a real multi-rank gloo group needs
+    one process per rank, and a hung rank must not hang the test (all ranks are killed on timeout).
+    """
+    port = free_port()
+    procs = []
+    for rank in range(world_size):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), PORT=str(port))
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
+    outputs, failed = [], False
+    for rank, proc in enumerate(procs):
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            out, _ = proc.communicate()
+            out += "\n<timed out>"
+        outputs.append(f"--- rank {rank} (rc={proc.returncode}) ---\n{out}")
+        failed |= proc.returncode != 0
+    if failed:
+        raise AssertionError("a rank failed:\n" + "\n".join(outputs))
+
+
+def step_metrics(text: str) -> dict[int, dict[str, float]]:
+    """``step:N - key:value - ...`` lines of verl's console logger -> {N: {key: value}}.
+
+    The trainers' logs are the only place their per-step metrics come out of a subprocess; lines of the
+    same step (train and val) are merged, and values that are not numbers are dropped.
+    """
+    steps: dict[int, dict[str, float]] = {}
+    for match in re.finditer(r"step:(\d+) - (.*)", text):
+        metrics = steps.setdefault(int(match.group(1)), {})
+        for item in match.group(2).split(" - "):
+            key, _, value = item.strip().rpartition(":")
+            try:
+                metrics[key] = float(value)
+            except ValueError:
+                pass
+    return steps
 
 
 @dataclass

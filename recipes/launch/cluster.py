@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -91,19 +92,52 @@ def evaluate(states: Sequence[NodeState], hw: str, expected_nodes: int) -> list[
     return problems
 
 
-def status(hw: str, expected_nodes: int, address: str | None) -> int:
+def reachable_address(address: str | None, timeout_s: float = 3.0) -> str:
+    """``host:port`` of the cluster's GCS, checked with a plain TCP connect first.
+
+    Why: ``ray.init`` keeps retrying a GCS that does not answer for minutes; a pre-flight must fail in seconds.
+    """
+    from ray._private.services import canonicalize_bootstrap_address_or_die
+
+    resolved = canonicalize_bootstrap_address_or_die(address or "auto")
+    host, _, port = resolved.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConnectionError(f"nothing answers at {resolved} ({exc})") from None
+    return resolved
+
+
+def live_states(hw: str, address: str | None) -> list[NodeState]:
+    """The nodes of the Ray cluster at ``address`` (default: the one this node belongs to); raises if none."""
     import ray
 
-    resource = PLATFORMS[PROFILES[hw].platform].ray_resource
+    ray.init(address=reachable_address(address), logging_level="ERROR", log_to_driver=False)
     try:
-        ray.init(address=address or "auto", logging_level="ERROR", log_to_driver=False)
-    except Exception as exc:  # noqa: BLE001  (ConnectionError, RuntimeError: "no cluster")
-        print(f"ray_cluster: error: cannot connect to a Ray cluster at {address or 'auto'}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    try:
-        states = node_states(ray.nodes(), resource)
+        return node_states(ray.nodes(), PLATFORMS[PROFILES[hw].platform].ray_resource)
     finally:
         ray.shutdown()
+
+
+def cluster_problems(hw: str, expected_nodes: int, address: str | None) -> list[str]:
+    """:func:`evaluate` on the live cluster; an unreachable cluster is a problem too (the launcher's pre-flight)."""
+    try:
+        states = live_states(hw, address)
+    except Exception as exc:  # noqa: BLE001  (ConnectionError, RuntimeError: "no cluster")
+        return [
+            f"no Ray cluster at {address or 'auto'} ({type(exc).__name__}: {exc}); start one on every node with "
+            "scripts/ray_cluster.sh head|worker"
+        ]
+    return evaluate(states, hw, expected_nodes)
+
+
+def status(hw: str, expected_nodes: int, address: str | None) -> int:
+    resource = PLATFORMS[PROFILES[hw].platform].ray_resource
+    try:
+        states = live_states(hw, address)
+    except Exception as exc:  # noqa: BLE001
+        print(f"ray_cluster: error: cannot connect to a Ray cluster at {address or 'auto'}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     for state in states:
         cpus = "" if resource == "CPU" else f"  CPU {state.cpus:g}"
         print(f"node {state.address:<16} {'alive' if state.alive else 'DEAD '}  {resource} {state.devices:g}{cpus}")

@@ -37,7 +37,8 @@ ENV_DOC: dict[str, str] = {
     "CKPT_DIR": "this run's checkpoint dir (default $CKPT_ROOT/<experiment_name>)",
     "RETOOL_SANDBOX_URL": f"code sandbox /run_code endpoint, RL only (default {DEFAULT_SANDBOX_URL})",
     "TENSORBOARD_DIR": "tensorboard event dir (default $CKPT_DIR/tensorboard)",
-    "MASTER_ADDR / MASTER_PORT / NODE_RANK": "torchrun rendezvous of a multi-node SFT run (port default 29500)",
+    "MASTER_ADDR, NODE_RANK": "torchrun rendezvous of a multi-node SFT run, on every node",
+    "MASTER_PORT": "torchrun rendezvous port (default 29500)",
 }
 
 

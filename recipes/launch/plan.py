@@ -19,7 +19,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from npu_kernels.device import PLATFORMS, PROFILES, current_platform, import_torch_npu
-from recipes.launch import checks, compose, inputs, paths
+from recipes.launch import checks, cluster, compose, inputs, paths
 from recipes.launch.catalog import CONFIG_DIR, KIT_ROOT, Recipe
 from recipes.launch.compose import ConfigError
 
@@ -162,6 +162,8 @@ def build(
         _check_paths(plan)
     if for_launch:
         _check_this_machine(plan, environ)
+    else:
+        _multi_node_notes(plan, environ)
     plan.rows_in_train = paths.parquet_rows(_as_list(plan.cfg.data.train_files))
     plan.argv = _argv(plan, overrides, environ)
     return plan
@@ -255,6 +257,10 @@ def _check_this_machine(plan: Plan, environ: Mapping[str, str]) -> None:
             f"trainer.n_gpus_per_node={wanted} but this node has {count} visible {profile.platform.upper()} devices"
             + (" (an A2 node? use --hw a2)" if plan.hw == "a3" and count == 8 else "")
         )
+    if plan.recipe.phase == "rl" and int(cfg.trainer.nnodes) > 1:
+        # verl would otherwise wait for a placement group that can never be scheduled
+        address = environ.get("RAY_ADDRESS", "").strip() or None
+        plan.errors += [f"Ray: {p}" for p in cluster.cluster_problems(plan.hw, int(cfg.trainer.nnodes), address)]
     if plan.recipe.phase == "sft" and int(cfg.trainer.nnodes) > 1:
         missing = [name for name in ("MASTER_ADDR", "NODE_RANK") if not environ.get(name, "").strip()]
         if missing:
@@ -262,6 +268,25 @@ def _check_this_machine(plan: Plan, environ: Mapping[str, str]) -> None:
                 f"trainer.nnodes={cfg.trainer.nnodes}: set {' and '.join(missing)} on every node "
                 "(MASTER_ADDR = node 0's address, NODE_RANK = 0..nnodes-1)"
             )
+
+
+def _multi_node_notes(plan: Plan, environ: Mapping[str, str]) -> None:
+    """A dry run of a multi-node recipe: say what the real launch will require on the nodes."""
+    cfg = plan.cfg
+    assert cfg is not None
+    nnodes = int(cfg.trainer.nnodes)
+    if nnodes <= 1:
+        return
+    if plan.recipe.phase == "rl":
+        plan.warnings.append(
+            f"trainer.nnodes={nnodes}: start Ray on every node first (scripts/ray_cluster.sh head|worker --hw "
+            f"{plan.hw}); the launch checks `scripts/ray_cluster.sh status --hw {plan.hw} --nodes {nnodes}`"
+        )
+    elif any(not environ.get(name, "").strip() for name in ("MASTER_ADDR", "NODE_RANK")):
+        plan.warnings.append(
+            f"trainer.nnodes={nnodes}: run this on every node with MASTER_ADDR (node 0's address) and NODE_RANK "
+            f"(0..{nnodes - 1}) set"
+        )
 
 
 def _torchrun_args(cfg: DictConfig, environ: Mapping[str, str]) -> list[str]:

@@ -15,30 +15,15 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from kit_testing import CODE_INTERPRETER_SCHEMA, kit_env, step_metrics, tiny_model_dir
 
 pytestmark = pytest.mark.slow
-
-TOOL_SCHEMA = {
-    "type": "function",
-    "function": {
-        "name": "code_interpreter",
-        "description": "A tool for executing code.",
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string", "description": "The code to execute."}},
-            "required": ["code"],
-        },
-    },
-}
 
 REWARD_PY = '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
@@ -64,15 +49,6 @@ class CalcTool(BaseTool):
             text = f"error: {e}"
         return ToolResponse(text=text), 0.0, {}
 '''
-
-
-def _tiny_model_dir() -> Path:
-    """The kit's tiny random Qwen3 + real Qwen tokenizer, built once into build/ (cached by fingerprint)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    from recipes.smoke.tiny_model import build_tiny_qwen
-
-    return build_tiny_qwen(Path(os.environ.get("KIT_TINY_MODEL_DIR", REPO_ROOT / "build" / "tiny-qwen3")))
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +77,11 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (pkg / "kit_cpu_calc_tool.py").write_text(TOOL_PY)
     tools = {
         "tools": [
-            {"class_name": "kit_cpu_calc_tool.CalcTool", "config": {"type": "native"}, "tool_schema": TOOL_SCHEMA}
+            {
+                "class_name": "kit_cpu_calc_tool.CalcTool",
+                "config": {"type": "native"},
+                "tool_schema": CODE_INTERPRETER_SCHEMA,
+            }
         ]
     }
     (root / "tools.yaml").write_text(yaml.safe_dump(tools))
@@ -111,7 +91,7 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "reward": root / "reward.py",
         "tools": root / "tools.yaml",
         "pythonpath": pkg,
-        "model": _tiny_model_dir(),
+        "model": tiny_model_dir(),
     }
 
 
@@ -153,8 +133,6 @@ def _common_overrides(assets: dict[str, Path], ckpt: Path) -> list[str]:
 
 
 def _run_ppo(overrides: list[str], log: Path, pythonpath: Path, timeout: float = 300) -> float:
-    from kit_testing import kit_env
-
     env = kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1")
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(pythonpath)])
     t0 = time.perf_counter()
@@ -172,23 +150,9 @@ def _run_ppo(overrides: list[str], log: Path, pythonpath: Path, timeout: float =
     return wall
 
 
-def _step_metrics(text: str) -> dict[int, dict[str, float]]:
-    """``step:N - key:value - ...`` console-logger lines -> {N: {key: value}}."""
-    steps: dict[int, dict[str, float]] = {}
-    for match in re.finditer(r"step:(\d+) - (.*)", text):
-        metrics = steps.setdefault(int(match.group(1)), {})
-        for item in match.group(2).split(" - "):
-            key, _, value = item.strip().rpartition(":")
-            try:
-                metrics[key] = float(value)
-            except ValueError:
-                pass
-    return steps
-
-
 def _check_steps(log: Path, expected: list[int]) -> dict[int, dict[str, float]]:
     text = log.read_text()
-    steps = _step_metrics(text)
+    steps = step_metrics(text)
     assert sorted(steps) == expected, f"logged steps {sorted(steps)}, expected {expected}:\n{text[-4000:]}"
     for step, metrics in steps.items():
         bad = {k: v for k, v in metrics.items() if not math.isfinite(v)}

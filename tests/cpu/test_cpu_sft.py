@@ -11,41 +11,17 @@ Needs the patched verl (gloo process group, configurable attn_implementation, CP
 from __future__ import annotations
 
 import math
-import os
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from kit_testing import CODE_INTERPRETER_SCHEMA, kit_env, step_metrics, tiny_model_dir
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 STEPS = 3
 
 pytestmark = pytest.mark.slow
-
-TOOL_SCHEMA = {
-    "type": "function",
-    "function": {
-        "name": "code_interpreter",
-        "description": "A tool for executing code.",
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string", "description": "The code to execute."}},
-            "required": ["code"],
-        },
-    },
-}
-
-
-def _tiny_model_dir() -> Path:
-    """The kit's tiny random Qwen3 + real Qwen tokenizer, built once into build/ (cached by fingerprint)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    from recipes.smoke.tiny_model import build_tiny_qwen
-
-    return build_tiny_qwen(Path(os.environ.get("KIT_TINY_MODEL_DIR", REPO_ROOT / "build" / "tiny-qwen3")))
 
 
 def _write_sft_data(path: Path, rows: int = 16) -> Path:
@@ -74,7 +50,7 @@ def _write_sft_data(path: Path, rows: int = 16) -> Path:
                     {"role": "tool", "content": str(a * b)},
                     {"role": "assistant", "content": f"The product is \\boxed{{{a * b}}}."},
                 ],
-                "tools": [TOOL_SCHEMA],
+                "tools": [CODE_INTERPRETER_SCHEMA],
             }
         )
     pd.DataFrame(records).to_parquet(path)
@@ -82,8 +58,6 @@ def _write_sft_data(path: Path, rows: int = 16) -> Path:
 
 
 def _env() -> dict[str, str]:
-    from kit_testing import kit_env
-
     return kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", OMP_NUM_THREADS="1")
 
 
@@ -96,22 +70,8 @@ def _run(cmd: list[str], log: Path, timeout: float) -> float:
     return wall
 
 
-def _step_metrics(text: str) -> dict[int, dict[str, float]]:
-    """``step:N - key:value - ...`` console-logger lines -> {N: {key: value}} (train and val lines merged)."""
-    steps: dict[int, dict[str, float]] = {}
-    for match in re.finditer(r"step:(\d+) - (.*)", text):
-        metrics = steps.setdefault(int(match.group(1)), {})
-        for item in match.group(2).split(" - "):
-            key, _, value = item.strip().rpartition(":")
-            try:
-                metrics[key] = float(value)
-            except ValueError:
-                pass
-    return steps
-
-
 def test_cpu_sft_multiturn_tools_and_merge(tmp_path: Path) -> None:
-    model = _tiny_model_dir()
+    model = tiny_model_dir()
     data = _write_sft_data(tmp_path / "retool_sft.parquet")
     ckpt = tmp_path / "ckpt"
     cmd = [
@@ -149,7 +109,7 @@ def test_cpu_sft_multiturn_tools_and_merge(tmp_path: Path) -> None:
     wall = _run(cmd, tmp_path / "sft.log", timeout=300)
     log = (tmp_path / "sft.log").read_text()
 
-    steps = _step_metrics(log)
+    steps = step_metrics(log)
     assert sorted(steps) == list(range(1, STEPS + 1)), f"steps {sorted(steps)}:\n{log[-4000:]}"
     losses = [steps[s]["train/loss"] for s in range(1, STEPS + 1)]
     assert all(math.isfinite(x) for x in losses), losses
@@ -197,7 +157,7 @@ def test_cpu_sft_multiturn_tools_and_merge(tmp_path: Path) -> None:
     assert changed, "the merged model has the initial weights: training or merging lost the update"
     tokenizer = AutoTokenizer.from_pretrained(merged)
     ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Compute 3 * 4."}], tools=[TOOL_SCHEMA], add_generation_prompt=True
+        [{"role": "user", "content": "Compute 3 * 4."}], tools=[CODE_INTERPRETER_SCHEMA], add_generation_prompt=True
     )
     with torch.no_grad():
         logits = trained(input_ids=torch.tensor([ids])).logits

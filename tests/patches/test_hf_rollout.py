@@ -9,20 +9,9 @@ through ``update_weights`` and generates a left-padded batch with ``generate_seq
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tiny_model_dir() -> Path:
-    """The kit's tiny random Qwen3 + real Qwen tokenizer, built once into build/ (cached by fingerprint)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    from recipes.smoke.tiny_model import build_tiny_qwen
-
-    return build_tiny_qwen(Path(os.environ.get("KIT_TINY_MODEL_DIR", REPO_ROOT / "build" / "tiny-qwen3")))
+from kit_testing import tiny_model_dir
 
 
 def _new_weights(model_dir: Path) -> dict:
@@ -46,7 +35,7 @@ def check_hf_rollout_sync() -> None:
     from verl.workers.config import HFModelConfig, RolloutConfig
     from verl.workers.rollout.base import get_rollout_class
 
-    model_dir = _tiny_model_dir()
+    model_dir = tiny_model_dir()
     prompt_len, resp_len = 8, 6
     config = RolloutConfig(
         name="hf", mode="sync", tensor_model_parallel_size=1, prompt_length=prompt_len, response_length=resp_len

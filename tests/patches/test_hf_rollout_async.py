@@ -9,21 +9,9 @@ forward pass, ``max_new_tokens`` bounded by ``max_model_len``, concurrent reques
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tiny_model_dir() -> Path:
-    """The kit's tiny random Qwen3 + real Qwen tokenizer, built once into build/ (cached by fingerprint)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    from recipes.smoke.tiny_model import build_tiny_qwen
-
-    return build_tiny_qwen(Path(os.environ.get("KIT_TINY_MODEL_DIR", REPO_ROOT / "build" / "tiny-qwen3")))
+from kit_testing import tiny_model_dir
 
 
 class _FakeWorker:
@@ -46,7 +34,7 @@ def check_hf_replica_and_async_generate() -> None:
     from verl.workers.rollout.base import get_rollout_class
     from verl.workers.rollout.replica import TokenOutput, get_rollout_replica_class
 
-    model_dir = _tiny_model_dir()
+    model_dir = tiny_model_dir()
     config = RolloutConfig(
         name="hf", mode="async", tensor_model_parallel_size=1, prompt_length=16, response_length=5, max_model_len=24
     )

@@ -7,54 +7,7 @@ worker's own ``init_model`` (role="ref", fsdp2) and computes reference log-probs
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
-import sys
-from collections.abc import Iterator
-from pathlib import Path
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tiny_model_dir() -> Path:
-    """The kit's tiny random Qwen3 + real Qwen tokenizer, built once into build/ (cached by fingerprint)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    from recipes.smoke.tiny_model import build_tiny_qwen
-
-    return build_tiny_qwen(Path(os.environ.get("KIT_TINY_MODEL_DIR", REPO_ROOT / "build" / "tiny-qwen3")))
-
-
-@contextlib.contextmanager
-def _gloo_world_of_one() -> Iterator[None]:
-    """A 1-process gloo group (made here, so this check does not depend on the backend patch)."""
-    import torch.distributed as dist
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    saved = dict(os.environ)
-    os.environ.update(
-        RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
-    )
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-        os.environ.clear()
-        os.environ.update(saved)
-
-
-def _ppo_config(overrides: list[str]):
-    import verl
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
-        return compose("ppo_trainer", overrides=overrides)
+from kit_testing import gloo_world_of_one, ppo_config, tiny_model_dir
 
 
 def check_ref_model_on_cpu() -> None:
@@ -63,8 +16,8 @@ def check_ref_model_on_cpu() -> None:
     from verl import DataProto
     from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
-    model = _tiny_model_dir()
-    config = _ppo_config(
+    model = tiny_model_dir()
+    config = ppo_config(
         [
             f"actor_rollout_ref.model.path={model}",
             "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
@@ -74,7 +27,7 @@ def check_ref_model_on_cpu() -> None:
             "trainer.device=cpu",
         ]
     )
-    with _gloo_world_of_one():
+    with gloo_world_of_one():
         worker = ActorRolloutRefWorker(config.actor_rollout_ref, role="ref")
         worker.init_model()
         params = list(worker.ref_module_fsdp.parameters())

@@ -8,38 +8,9 @@ and compares it with the padded computation.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tiny_model_dir() -> Path:
-    """The kit's tiny random Qwen3 + real Qwen tokenizer, built once into build/ (cached by fingerprint)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    from recipes.smoke.tiny_model import build_tiny_qwen
-
-    return build_tiny_qwen(Path(os.environ.get("KIT_TINY_MODEL_DIR", REPO_ROOT / "build" / "tiny-qwen3")))
-
-
-@contextlib.contextmanager
-def _gloo_world_of_one() -> Iterator[None]:
-    """A 1-process gloo group (made here, so this check does not depend on the backend patch)."""
-    import torch.distributed as dist
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+from kit_testing import gloo_world_of_one, tiny_model_dir
 
 
 def _actor_config(use_remove_padding: bool):
@@ -79,7 +50,7 @@ def check_remove_padding_on_cpu() -> None:
     assert torch.equal(index_first_axis(rearrange(hidden, "b s d -> (b s) d"), indices), packed)
 
     model = AutoModelForCausalLM.from_pretrained(
-        _tiny_model_dir(), torch_dtype=torch.float32, attn_implementation="sdpa"
+        tiny_model_dir(), torch_dtype=torch.float32, attn_implementation="sdpa"
     )
     torch.manual_seed(0)
     prompt_len, resp_len = 6, 5
@@ -98,7 +69,7 @@ def check_remove_padding_on_cpu() -> None:
         meta_info={"micro_batch_size": 2, "temperature": 1.0, "use_dynamic_bsz": False},
     )
     results = {}
-    with _gloo_world_of_one():
+    with gloo_world_of_one():
         for rmpad in (False, True):
             apply_monkey_patch(model=model, use_remove_padding=rmpad, ulysses_sp_size=1)
             actor = DataParallelPPOActor(config=_actor_config(rmpad), actor_module=model)

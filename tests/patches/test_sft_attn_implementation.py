@@ -8,38 +8,9 @@ trainer's own ``_build_model_optimizer`` (FSDP2, 1-process gloo group) on a tiny
 
 from __future__ import annotations
 
-import contextlib
-import os
-import socket
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tiny_model_dir() -> Path:
-    """The kit's tiny random Qwen3 + real Qwen tokenizer, built once into build/ (cached by fingerprint)."""
-    if str(REPO_ROOT) not in sys.path:
-        sys.path.insert(0, str(REPO_ROOT))
-    from recipes.smoke.tiny_model import build_tiny_qwen
-
-    return build_tiny_qwen(Path(os.environ.get("KIT_TINY_MODEL_DIR", REPO_ROOT / "build" / "tiny-qwen3")))
-
-
-@contextlib.contextmanager
-def _gloo_world_of_one() -> Iterator[None]:
-    """A 1-process gloo group (made here, so this check does not depend on the backend patch)."""
-    import torch.distributed as dist
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
+from kit_testing import gloo_world_of_one, tiny_model_dir
 
 
 def check_sft_attn_implementation() -> None:
@@ -50,7 +21,7 @@ def check_sft_attn_implementation() -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from verl.trainer.fsdp_sft_trainer import FSDPSFTTrainer
 
-    model_dir = _tiny_model_dir()
+    model_dir = tiny_model_dir()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(Path(verl.__file__).parent / "trainer" / "config"), version_base=None):
         config = compose(
@@ -64,7 +35,7 @@ def check_sft_attn_implementation() -> None:
         )
     assert config.model.attn_implementation == "sdpa"
 
-    with _gloo_world_of_one():
+    with gloo_world_of_one():
         # only what _build_model_optimizer reads; __init__ would also build datasets and dataloaders
         trainer = FSDPSFTTrainer.__new__(FSDPSFTTrainer)
         trainer.config = config

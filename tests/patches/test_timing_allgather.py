@@ -6,10 +6,7 @@ NCCL tolerates gathering a 0-d tensor into shape-(1,) buffers, gloo does not: on
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
+from kit_testing import run_ranks
 
 RANK_CODE = """
 import os, torch, torch.distributed as dist
@@ -25,37 +22,8 @@ print("RANK_OK", dist.get_rank() if dist.is_initialized() else os.environ["RANK"
 """
 
 
-def _run_ranks(code: str, world_size: int = 2, timeout: float = 240) -> None:
-    """Run ``code`` in ``world_size`` fresh interpreters (one per rank, same env); fail with their output."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    procs = []
-    for rank in range(world_size):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world_size), PORT=str(port))
-        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-        )
-    outputs, failed = [], False
-    for rank, proc in enumerate(procs):
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            out, _ = proc.communicate()
-            out += "\n<timed out>"
-        outputs.append(f"--- rank {rank} (rc={proc.returncode}) ---\n{out}")
-        failed |= proc.returncode != 0
-    if failed:
-        raise AssertionError("a rank failed:\n" + "\n".join(outputs))
-
-
 def check_timing_allgather_on_gloo() -> None:
-    _run_ranks(RANK_CODE)
+    run_ranks(RANK_CODE)
 
 
 def test_patched() -> None:

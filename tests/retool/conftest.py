@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from kit_testing import free_port
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
@@ -56,12 +56,6 @@ def stub_sandbox(stub_sandbox_server):
     stub_sandbox_server.reset()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _answers(url: str, timeout: float = 10.0) -> bool:
     """Whether ``url`` runs Python (direct connection, like the tool: no HTTP proxy on loopback)."""
     from recipes.retool.sandbox_client import SandboxClient
@@ -81,7 +75,7 @@ class LiveSandbox:
 def _start_kit_sandbox(log_path: Path) -> tuple[subprocess.Popen, str] | None:
     if importlib.util.find_spec("sandbox") is None:
         return None
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/run_code"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), TORCH_DEVICE_BACKEND_AUTOLOAD="0")
     with open(log_path, "w") as log:

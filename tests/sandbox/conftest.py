@@ -11,7 +11,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,15 +22,10 @@ from typing import Any
 
 import pytest
 import requests
+from kit_testing import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REQUEST_PROCESS_NAME = "sbx-req"  # sandbox.worker_main.REQUEST_PROCESS_NAME
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def bwrap_skip_reason() -> str | None:
@@ -85,7 +79,7 @@ class SandboxServer:
 
 @contextlib.contextmanager
 def start_server(tmp_dir: Path, *args: str, isolation: str = "auto", workers: int = 2) -> Iterator[SandboxServer]:
-    port = _free_port()
+    port = free_port()
     log_path = tmp_dir / f"server-{port}.log"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO_ROOT), env.get("PYTHONPATH", "")] if p)

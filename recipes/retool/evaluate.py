@@ -1,0 +1,490 @@
+"""``retool-eval``: accuracy and tool-use report of ReTool generations (verl validation dumps or any JSONL).
+
+    retool-eval RUN/val_generations                      # verl's trainer.validation_data_dir: the last step's dump
+    retool-eval RUN/val_generations --step 0 --data val.parquet --json eval.json --markdown eval.md
+    retool-eval generations.jsonl --k 1,4,16
+
+Why a separate tool: verl's own validation metrics are bootstrap estimates (random subsets of the k samples), are
+grouped only as far as its logger shows them, and say nothing about tool use. From the same samples this computes,
+per data source and per problem, exact numbers that two runs can be compared on:
+
+* ``mean@k`` — mean accuracy of the k samples of a problem, averaged over problems;
+* ``best@k`` — fraction of problems with at least one correct sample among its k;
+* ``maj@k``  — majority vote over the k samples' extracted answers (samples without an answer do not vote; a tie
+  goes to the answer seen first); the problem counts as solved when the voted answer's samples are correct;
+* ``pass@j`` — the unbiased estimator ``1 - C(n-c, j) / C(n, j)`` (n samples, c correct), for j = 1, 2, 4, … ≤ n
+  (or ``--k``), averaged over problems;
+* tool use — tool calls per response (``<tool_call>`` blocks, and how many verl's hermes parser would accept), tool
+  rounds (the reward's ``tool_rounds`` when dumped, else ``<tool_response>`` blocks), code errors (tracebacks,
+  non-zero exits), timeouts and sandbox failures, as the kit's tool reports them in the tool response;
+* response length — characters, and tokens with ``--tokenizer``.
+
+Input records (one JSON object per line): verl's dump (``input``, ``output``, ``gts``, ``score``, ``step`` plus the
+reward's extra keys ``acc``, ``pred``, ``tool_rounds``, ``num_turns`` …) or any file with the same meaning under
+common names (``prompt``/``question``, ``response``/``generation``, ``ground_truth``/``answer``, ``data_source``).
+verl's dump has no ``data_source``: pass the validation parquet(s) with ``--data`` and each record is matched to the
+row whose user prompt it contains (else every record is in ``all``). ``acc`` missing: the answer is checked with the
+kit's verifier (``recipes.retool.answer`` / ``verify``), as the reward does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+INPUT_KEYS = ("input", "prompt", "question", "problem")
+OUTPUT_KEYS = ("output", "response", "generation", "completion")
+TRUTH_KEYS = ("gts", "ground_truth", "answer", "gt")
+
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)(?:</tool_response>|$)", re.DOTALL)
+_CODE_ERROR = re.compile(
+    r"Traceback \(most recent call last\)|^\w*(?:Error|Exception)\b.*$|\[process exited with code", re.M
+)
+_TIMEOUT = "[timed out after"
+_SANDBOX_FAILURE = ("[sandbox error", "[sandbox unavailable", "[invalid call")
+
+
+def parse_tool_calls(text: str, tool_name: str | None = None) -> tuple[int, int]:
+    """``(blocks, well_formed)``: ``<tool_call>…</tool_call>`` blocks in ``text``, and how many verl would run.
+
+    Well-formed as verl 0.6.1's ``HermesToolParser`` decides (JSON with ``name`` and ``arguments``), and, when
+    ``tool_name`` is given, naming that tool with a non-empty string ``code`` argument (what the kit's tool needs).
+    """
+    blocks = _TOOL_CALL.findall(text)
+    good = 0
+    for block in blocks:
+        try:
+            call = json.loads(block)
+            name, arguments = call["name"], call["arguments"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if tool_name is not None:
+            code = arguments.get("code") if isinstance(arguments, dict) else None
+            if name != tool_name or not isinstance(code, str) or not code.strip():
+                continue
+        good += 1
+    return len(blocks), good
+
+
+@dataclass
+class Sample:
+    """One generation with what the metrics need."""
+
+    prompt: str
+    response: str
+    ground_truth: str
+    correct: bool
+    pred: str
+    data_source: str = "all"
+    step: int | None = None
+    tool_calls: int = 0
+    tool_calls_ok: int = 0
+    tool_rounds: int = 0
+    code_errors: int = 0
+    timeouts: int = 0
+    sandbox_failures: int = 0
+    length_chars: int = 0
+    length_tokens: int | None = None
+
+
+def _first(record: dict[str, Any], keys: Sequence[str]) -> Any:
+    for key in keys:
+        if key in record and record[key] is not None:
+            return record[key]
+    return None
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+def _tool_stats(response: str) -> dict[str, int]:
+    responses = _TOOL_RESPONSE.findall(response)
+    return {
+        "tool_responses": len(responses),
+        "code_errors": sum(1 for r in responses if _CODE_ERROR.search(r) and _TIMEOUT not in r),
+        "timeouts": sum(1 for r in responses if _TIMEOUT in r),
+        "sandbox_failures": sum(1 for r in responses if r.strip().startswith(_SANDBOX_FAILURE)),
+    }
+
+
+def _check_answer(response: str, ground_truth: str) -> tuple[bool, str]:
+    """The kit's answer check (what the reward does), without math-verify's subprocess (timeout 0)."""
+    from recipes.retool.answer import canonical, extract_answer
+    from recipes.retool.verify import judge
+
+    answer = extract_answer(response)
+    return judge(answer, ground_truth, timeout_s=0).correct, canonical(answer) if answer is not None else ""
+
+
+def to_sample(record: dict[str, Any], tool_name: str | None = "code_interpreter") -> Sample:
+    """A :class:`Sample` from one record of a verl dump or a generic generations file."""
+    prompt = _first(record, INPUT_KEYS)
+    if isinstance(prompt, list):  # chat messages
+        prompt = "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
+    response = str(_first(record, OUTPUT_KEYS) or "")
+    truth = _first(record, TRUTH_KEYS)
+    if isinstance(truth, dict):  # reward_model column
+        truth = truth.get("ground_truth")
+    truth_text = "" if truth is None else str(truth)
+    if "acc" in record or "correct" in record:
+        correct = _as_bool(record.get("acc", record.get("correct")))
+        pred = str(record.get("pred") or "")
+        if not pred and "pred" not in record:
+            pred = _check_answer(response, truth_text)[1]
+    else:
+        correct, pred = _check_answer(response, truth_text)
+    calls, calls_ok = parse_tool_calls(response, tool_name)
+    stats = _tool_stats(response)
+    rounds = record.get("tool_rounds")
+    step = record.get("step")
+    return Sample(
+        prompt=str(prompt or ""),
+        response=response,
+        ground_truth=truth_text,
+        correct=correct,
+        pred=pred,
+        data_source=str(record.get("data_source") or "all"),
+        step=int(step) if step is not None else None,
+        tool_calls=calls,
+        tool_calls_ok=calls_ok,
+        tool_rounds=int(rounds) if rounds is not None else stats["tool_responses"],
+        code_errors=stats["code_errors"],
+        timeouts=stats["timeouts"],
+        sandbox_failures=stats["sandbox_failures"],
+        length_chars=len(response),
+    )
+
+
+def dump_files(path: Path, step: int | None = None, all_steps: bool = False) -> list[Path]:
+    """The JSONL files to read: ``path`` itself, or in a dump folder the last step's ``<step>.jsonl`` (or all)."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    numbered = sorted((int(p.stem), p) for p in path.glob("*.jsonl") if p.stem.isdigit())
+    if not numbered:
+        files = sorted(path.glob("*.jsonl"))
+        if not files:
+            raise FileNotFoundError(f"{path}: no .jsonl files")
+        return files
+    if all_steps:
+        return [p for _, p in numbered]
+    if step is not None:
+        chosen = [p for s, p in numbered if s == step]
+        if not chosen:
+            raise FileNotFoundError(f"{path}: no dump of step {step} (have {', '.join(str(s) for s, _ in numbered)})")
+        return chosen
+    return [numbered[-1][1]]
+
+
+def read_records(files: Iterable[Path]) -> list[dict[str, Any]]:
+    records = []
+    for file in files:
+        for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{file}:{lineno}: not JSON: {exc}") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{file}:{lineno}: expected a JSON object")
+            records.append(record)
+    return records
+
+
+def data_source_index(parquets: Sequence[Path]) -> list[tuple[str, str]]:
+    """``(user prompt text, data_source)`` of every row of the RL/val parquet files, longest prompt first."""
+    import pyarrow.parquet as pq
+
+    pairs = []
+    for file in parquets:
+        for row in pq.read_table(file, columns=["prompt", "data_source"]).to_pylist():
+            users = [m.get("content", "") for m in row["prompt"] or [] if m.get("role") == "user"]
+            if users and users[-1]:
+                pairs.append((users[-1].strip(), str(row["data_source"])))
+    return sorted(pairs, key=lambda p: -len(p[0]))
+
+
+def assign_data_sources(samples: list[Sample], index: list[tuple[str, str]]) -> int:
+    """Set ``data_source`` of samples whose prompt contains an indexed prompt; returns how many stayed unmatched."""
+    unmatched = 0
+    cache: dict[str, str | None] = {}
+    for sample in samples:
+        if sample.data_source != "all":
+            continue
+        if sample.prompt not in cache:
+            cache[sample.prompt] = next((ds for text, ds in index if text in sample.prompt), None)
+        found = cache[sample.prompt]
+        if found is None:
+            unmatched += 1
+        else:
+            sample.data_source = found
+    return unmatched
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k (Chen et al. 2021): the chance that k of the n samples, drawn without replacement, hit one
+    of the c correct ones: ``1 - C(n-c, k) / C(n, k)``."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, have {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def majority_correct(samples: Sequence[Sample]) -> tuple[str, bool]:
+    """``(voted answer, correct)``: the most frequent non-empty ``pred`` (first seen wins a tie)."""
+    votes = Counter(s.pred for s in samples if s.pred)
+    if not votes:
+        return "", False
+    best = max(votes.values())
+    answer = next(s.pred for s in samples if s.pred and votes[s.pred] == best)
+    return answer, any(s.correct for s in samples if s.pred == answer)
+
+
+def default_ks(n: int) -> list[int]:
+    ks, k = [], 1
+    while k < n:
+        ks.append(k)
+        k *= 2
+    return ks + [n]
+
+
+def problem_text(prompt: str, limit: int = 80) -> str:
+    """The bare problem inside a decoded chat prompt (the kit's template stripped), shortened for a table."""
+    from recipes.retool.prompts import PROMPT_TEMPLATE
+
+    text = prompt
+    if "user\n" in text:
+        text = text.rsplit("user\n", 1)[1]
+    text = re.sub(r"\s*assistant\s*$", "", text)
+    head, _, tail = PROMPT_TEMPLATE.partition("{problem}")
+    if text.startswith(head.strip()[:40]):
+        text = text[len(head.strip()) :]
+        text = text.split(tail.strip()[:40])[0]
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
+
+
+@dataclass
+class Report:
+    """Everything ``retool-eval`` prints; ``to_json`` is its JSON output."""
+
+    files: list[str]
+    samples: int
+    steps: list[int]
+    ks: dict[str, list[int]] = field(default_factory=dict)
+    sources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    problems: list[dict[str, Any]] = field(default_factory=list)
+    tool_use: dict[str, Any] = field(default_factory=dict)
+    unmatched: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _tool_summary(samples: Sequence[Sample]) -> dict[str, Any]:
+    n = len(samples)
+    return {
+        "samples": n,
+        "tool_calls": sum(s.tool_calls for s in samples),
+        "tool_calls_well_formed": sum(s.tool_calls_ok for s in samples),
+        "tool_rounds": sum(s.tool_rounds for s in samples),
+        "tool_rounds_per_response": _mean(s.tool_rounds for s in samples),
+        "responses_with_tool": sum(1 for s in samples if s.tool_rounds > 0),
+        "code_errors": sum(s.code_errors for s in samples),
+        "timeouts": sum(s.timeouts for s in samples),
+        "sandbox_failures": sum(s.sandbox_failures for s in samples),
+        "response_chars_mean": _mean(s.length_chars for s in samples),
+        "response_chars_max": max((s.length_chars for s in samples), default=0),
+        "response_tokens_mean": (
+            _mean(s.length_tokens for s in samples if s.length_tokens is not None)
+            if any(s.length_tokens is not None for s in samples)
+            else None
+        ),
+    }
+
+
+def evaluate(samples: Sequence[Sample], ks: Sequence[int] | None = None) -> Report:
+    """Per-source and per-problem metrics (see the module docstring for the definitions)."""
+    report = Report(files=[], samples=len(samples), steps=sorted({s.step for s in samples if s.step is not None}))
+    by_source: dict[str, dict[str, list[Sample]]] = defaultdict(lambda: defaultdict(list))
+    for sample in samples:
+        by_source[sample.data_source][sample.prompt].append(sample)
+    for source in sorted(by_source):
+        problems = by_source[source]
+        n_min = min(len(group) for group in problems.values())
+        wanted = sorted({k for k in (ks or default_ks(n_min)) if k <= n_min})
+        report.ks[source] = wanted
+        rows = []
+        for prompt, group in problems.items():
+            n, c = len(group), sum(s.correct for s in group)
+            voted, maj_ok = majority_correct(group)
+            row = {
+                "data_source": source,
+                "problem": problem_text(prompt),
+                "ground_truth": group[0].ground_truth,
+                "n": n,
+                "correct": c,
+                f"mean@{n}": c / n,
+                f"best@{n}": float(c > 0),
+                f"maj@{n}": float(maj_ok),
+                "majority_answer": voted,
+                **{f"pass@{k}": pass_at_k(n, c, k) for k in wanted},
+                "tool_rounds_mean": _mean(s.tool_rounds for s in group),
+                "response_chars_mean": _mean(s.length_chars for s in group),
+            }
+            rows.append(row)
+            report.problems.append(row)
+        metrics: dict[str, Any] = {"problems": len(rows), "samples": sum(r["n"] for r in rows), "n": n_min}
+        metrics[f"mean@{n_min}"] = _mean(r["correct"] / r["n"] for r in rows)
+        metrics[f"best@{n_min}"] = _mean(float(r["correct"] > 0) for r in rows)
+        metrics[f"maj@{n_min}"] = _mean(r[f"maj@{r['n']}"] for r in rows)
+        for k in wanted:
+            metrics[f"pass@{k}"] = _mean(r[f"pass@{k}"] for r in rows)
+        metrics["tool_use"] = _tool_summary([s for group in problems.values() for s in group])
+        report.sources[source] = metrics
+    report.tool_use = _tool_summary(samples)
+    return report
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return "" if value is None else str(value).replace("|", "\\|")
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows]
+    return lines
+
+
+def to_markdown(report: Report) -> str:
+    out = [f"# ReTool evaluation: {report.samples} samples" + (f", step {report.steps}" if report.steps else "")]
+    out += ["", "Files: " + ", ".join(report.files), ""]
+    if report.unmatched:
+        out += [f"{report.unmatched} samples matched no --data prompt (data source `all`).", ""]
+    out += ["## Accuracy per data source", ""]
+    for source, m in report.sources.items():
+        n = m["n"]
+        header = ["data source", "problems", "samples", f"mean@{n}", f"maj@{n}", f"best@{n}"]
+        header += [f"pass@{k}" for k in report.ks[source]]
+        row = [source, m["problems"], m["samples"], m[f"mean@{n}"], m[f"maj@{n}"], m[f"best@{n}"]]
+        row += [m[f"pass@{k}"] for k in report.ks[source]]
+        out += _table(header, [row]) + [""]
+    out += ["## Tool use and response length", ""]
+    header = ["data source", "tool calls (well-formed)", "rounds/response", "with tool", "code errors", "timeouts"]
+    header += ["sandbox failures", "response chars (mean/max)"]
+    rows = []
+    for source, tool in [*((s, m["tool_use"]) for s, m in report.sources.items()), ("all", report.tool_use)]:
+        rows.append(
+            [
+                source,
+                f"{tool['tool_calls']} ({tool['tool_calls_well_formed']})",
+                tool["tool_rounds_per_response"],
+                f"{tool['responses_with_tool']}/{tool['samples']}",
+                tool["code_errors"],
+                tool["timeouts"],
+                tool["sandbox_failures"],
+                f"{tool['response_chars_mean']:.0f}/{tool['response_chars_max']}",
+            ]
+        )
+    out += _table(header, rows) + ["", "## Per problem", ""]
+    header = ["data source", "problem", "answer", "correct/n", "majority", "tool rounds", "chars"]
+    rows = [
+        [
+            p["data_source"],
+            p["problem"],
+            p["ground_truth"],
+            f"{p['correct']}/{p['n']}",
+            p["majority_answer"],
+            p["tool_rounds_mean"],
+            f"{p['response_chars_mean']:.0f}",
+        ]
+        for p in report.problems
+    ]
+    return "\n".join(out + _table(header, rows)) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="retool-eval",
+        description="Accuracy (mean@k, maj@k, best@k, unbiased pass@k) and tool use of ReTool generations, per data "
+        "source and per problem, from verl validation dumps (trainer.validation_data_dir) or any JSONL.",
+        epilog=__doc__.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("inputs", nargs="+", type=Path, help="dump folder(s) or .jsonl file(s)")
+    parser.add_argument("--step", type=int, help="in a dump folder, this step's file (default: the last step)")
+    parser.add_argument("--all-steps", action="store_true", help="in a dump folder, every step's file together")
+    parser.add_argument("--data", type=Path, action="append", default=[], help="RL/val parquet: data_source lookup")
+    parser.add_argument("--k", help="comma-separated k for pass@k (default 1, 2, 4, ... up to n)")
+    parser.add_argument("--tokenizer", help="tokenizer (path or name) to also count response tokens")
+    parser.add_argument("--tool-name", default="code_interpreter", help="tool a well-formed call must name")
+    parser.add_argument("--json", type=Path, help="write the report as JSON here")
+    parser.add_argument("--markdown", type=Path, help="write the report as Markdown here (default: stdout)")
+    parser.add_argument("--quiet", action="store_true", help="print nothing to stdout")
+    return parser
+
+
+def run(args: argparse.Namespace) -> Report:
+    files = [f for path in args.inputs for f in dump_files(path, args.step, args.all_steps)]
+    samples = [to_sample(r, args.tool_name or None) for r in read_records(files)]
+    if not samples:
+        raise ValueError(f"no records in {', '.join(map(str, files))}")
+    unmatched = 0
+    if args.data:
+        unmatched = assign_data_sources(samples, data_source_index(args.data))
+    if args.tokenizer:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        for sample in samples:
+            sample.length_tokens = len(tokenizer(sample.response, add_special_tokens=False).input_ids)
+    ks = [int(k) for k in args.k.split(",")] if args.k else None
+    report = evaluate(samples, ks)
+    report.files = [str(f) for f in files]
+    report.unmatched = unmatched
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        report = run(args)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"retool-eval: error: {exc}", file=sys.stderr)
+        return 2
+    markdown = to_markdown(report)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(markdown)
+    if not args.quiet and not args.markdown:
+        print(markdown, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Fast checks of the smoke run's pieces: its shipped inputs, its parsers, its table and its command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from kit_testing import REPO_ROOT, kit_env
+
+from recipes.smoke import make_data
+from recipes.smoke.pipeline import Stage, render_table, sandbox_counters, step_metrics
+
+METRICS = """# HELP retool_sandbox_requests_total /run_code requests answered, by top-level status.
+# TYPE retool_sandbox_requests_total counter
+retool_sandbox_requests_total{status="Success"} 7
+retool_sandbox_requests_total{status="Failed"} 2
+retool_sandbox_requests_total{status="SandboxError"} 1
+retool_sandbox_refused_total{code="503"} 3
+retool_sandbox_request_duration_seconds_count 10
+retool_sandbox_timeouts_total 1
+retool_sandbox_rejected_total 3
+"""
+
+
+def test_shipped_inputs_are_what_make_data_writes() -> None:
+    """recipes/smoke/data/*.jsonl are reproducible: regenerate with python -m recipes.smoke.make_data."""
+    for name, rows in make_data.build().items():
+        shipped = (make_data.DATA_DIR / name).read_text()
+        assert shipped == make_data.render(rows), f"{name} drifted from make_data.build(); rerun make_data"
+    assert (make_data.DATA_DIR / "aime_2025.jsonl").is_file()
+
+
+def test_inputs_go_through_retool_prepare(tmp_path: Path) -> None:
+    """Each shipped input is in a real source schema that retool-prepare detects and converts."""
+    from recipes.retool.prepare import main as prepare
+
+    jobs = [
+        ("sft", "retool_sft.jsonl", 96),
+        ("rl", "dapo_math.jsonl", 32),
+        ("val", "smoke_val.jsonl", 6),
+        ("val", "aime_2025.jsonl", 2),
+    ]
+    import pyarrow.parquet as pq
+
+    for command, name, rows in jobs:
+        out = tmp_path / f"{name}.parquet"
+        assert prepare([command, "--input", str(make_data.DATA_DIR / name), "--output", str(out)]) == 0
+        table = pq.read_table(out).to_pylist()
+        assert len(table) == rows
+    sft = pq.read_table(tmp_path / "retool_sft.jsonl.parquet").to_pylist()[0]
+    roles = [m["role"] for m in sft["messages"]]
+    assert roles == ["user", "assistant", "tool", "assistant"], roles
+    call = sft["messages"][1]["tool_calls"][0]["function"]
+    assert call["name"] == "code_interpreter" and call["arguments"]["code"].startswith("print(")
+    assert sft["messages"][3]["content"] == f"\\boxed{{{sft['messages'][2]['content']}}}"
+
+
+def test_sandbox_counters() -> None:
+    counters = sandbox_counters(METRICS)
+    assert counters == {
+        "ok": 7,
+        "code_errors": 2,
+        "sandbox_errors": 1,
+        "refused": 3,
+        "timeouts": 1,
+        "calls": 10,
+        "failures": 4,
+    }
+    assert sandbox_counters("")["calls"] == 0
+
+
+def test_step_metrics_merges_lines_of_a_step() -> None:
+    text = "step:0 - val-core/a/acc/mean@2:0.0\nstep:1 - critic/score/mean:-1.2 - num_turns/mean:4.0\nstep:1 - x:nan"
+    steps = step_metrics(text)
+    assert steps[0] == {"val-core/a/acc/mean@2": 0.0}
+    assert steps[1]["critic/score/mean"] == -1.2 and steps[1]["num_turns/mean"] == 4.0
+    assert steps[1]["x"] != steps[1]["x"]  # nan is kept (and then refused by the RL stage's finiteness check)
+
+
+def test_render_table() -> None:
+    summary = {
+        "ok": False,
+        "seconds": 12.5,
+        "stages": [
+            json.loads(json.dumps(Stage("sft", "ok", 10.0, "loss 11.9 -> 0.9").__dict__)),
+            Stage("rl", "failed", 2.5, "").__dict__,
+        ],
+    }
+    table = render_table(summary)
+    assert "| sft   | ok     | 10.0    | loss 11.9 -> 0.9" in table, table
+    assert "| rl    | failed | 2.5" in table and "| total | FAILED | 12.5" in table
+
+
+def _smoke(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "smoke.sh"), *args],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
+        cwd=REPO_ROOT,
+        timeout=60,
+    )
+
+
+def test_smoke_help_and_bad_arguments() -> None:
+    proc = _smoke("--help")
+    assert proc.returncode == 0 and "--fast" in proc.stdout and "summary.json" in proc.stdout
+    proc = _smoke("--bogus")
+    assert proc.returncode == 2 and "unknown argument" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["--out"], ["--device"]])
+def test_smoke_options_need_values(args: list[str]) -> None:
+    proc = _smoke(*args)
+    assert proc.returncode == 2 and "needs a value" in proc.stderr
