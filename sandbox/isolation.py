@@ -22,7 +22,9 @@ from pathlib import Path
 from sandbox.settings import SandboxSettings
 
 WORKER_SCRIPT = Path(__file__).with_name("worker_main.py")
-ALWAYS_HIDDEN = ("/root", "/home")
+# Covered with an empty tmpfs in every sandbox. /tmp is here too (a private /tmp): an interpreter or venv that
+# lives under /tmp (a CI checkout, say) is then bound back read-only like one under /root.
+ALWAYS_HIDDEN = ("/root", "/home", "/tmp")
 WORKER_CAPABILITIES = (
     "CAP_SETUID",
     "CAP_SETGID",
@@ -68,7 +70,7 @@ def _world_traversable(path: str) -> bool:
 
 
 def hidden_roots(needed: list[str]) -> list[str]:
-    """Top-most directories to cover with tmpfs: /root, /home and any ancestor the sandbox uid cannot traverse."""
+    """Top-most directories to cover with tmpfs: /root, /home, /tmp and any ancestor the sandbox uid cannot traverse."""
     hidden: set[str] = {d for d in ALWAYS_HIDDEN if os.path.isdir(d)}
     for path in needed:
         parts = Path(path).parts
@@ -113,10 +115,6 @@ def bwrap_prefix(bwrap: str, needed: list[str]) -> list[str]:
         "/dev",
         "--proc",
         "/proc",
-        "--perms",
-        "0755",
-        "--tmpfs",
-        "/tmp",
         *rebind_args(needed),
         "--unshare-ipc",
         "--unshare-pid",

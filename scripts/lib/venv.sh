@@ -62,8 +62,9 @@ kit_ensure_venv() {
   echo "== building verl $VERL_VERSION with the patch series"
   rm -rf "$KIT_ROOT/build/verl" # a fresh tree: patches may have changed since the last build
   PYTHON=$KIT_PYTHON bash "$KIT_ROOT/scripts/setup_verl.sh" --source sdist --dest "$KIT_ROOT/build/verl" --install
-  echo "== installing the kit (editable) and its test extras"
-  "$KIT_PYTHON" -m pip install --quiet -c "$constraints" -e "${KIT_ROOT}[test]"
+  echo "== installing the pinned packages and the kit (editable) with its test extras"
+  # shellcheck disable=SC2086 # PY_PINS: installed, not only constrained (math-verify, tensorboard, ...)
+  "$KIT_PYTHON" -m pip install --quiet -c "$constraints" $PY_PINS -e "${KIT_ROOT}[test]"
   rm -f "$constraints"
   _kit_install_system_tools
   echo "$stamp" >"$KIT_VENV/.kit-stamp"
