@@ -384,13 +384,18 @@ def to_markdown(report: Report) -> str:
     if report.unmatched:
         out += [f"{report.unmatched} samples matched no --data prompt (data source `all`).", ""]
     out += ["## Accuracy per data source", ""]
+    groups: dict[tuple[int, tuple[int, ...]], list[str]] = defaultdict(list)  # one table per (n, ks)
     for source, m in report.sources.items():
-        n = m["n"]
+        groups[(m["n"], tuple(report.ks[source]))].append(source)
+    for (n, ks), sources in groups.items():
         header = ["data source", "problems", "samples", f"mean@{n}", f"maj@{n}", f"best@{n}"]
-        header += [f"pass@{k}" for k in report.ks[source]]
-        row = [source, m["problems"], m["samples"], m[f"mean@{n}"], m[f"maj@{n}"], m[f"best@{n}"]]
-        row += [m[f"pass@{k}"] for k in report.ks[source]]
-        out += _table(header, [row]) + [""]
+        header += [f"pass@{k}" for k in ks]
+        rows = []
+        for source in sources:
+            m = report.sources[source]
+            row = [source, m["problems"], m["samples"], m[f"mean@{n}"], m[f"maj@{n}"], m[f"best@{n}"]]
+            rows.append(row + [m[f"pass@{k}"] for k in ks])
+        out += _table(header, rows) + [""]
     out += ["## Tool use and response length", ""]
     header = ["data source", "tool calls (well-formed)", "rounds/response", "with tool", "code errors", "timeouts"]
     header += ["sandbox failures", "response chars (mean/max)"]

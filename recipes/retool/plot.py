@@ -2,6 +2,7 @@
 
     retool-plot RUN/tensorboard --out RUN/plots
     retool-plot CKPT_DIR --out plots --panels val_acc,reward      # any folder: event files are found recursively
+    retool-plot SFT/tensorboard RL/tensorboard --out plots        # several runs' tags together (SFT loss + RL)
 
 Why: a run on a cluster without a tensorboard server (or a CI artifact) should still be readable at a glance, and the
 metrics that matter for ReTool are spread over many verl tags. One PNG per panel (and ``overview.png`` with all of
@@ -65,12 +66,13 @@ def event_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("events.out.tfevents.*") if p.is_file())
 
 
-def read_scalars(root: Path) -> Series:
-    """Every scalar tag under ``root``: tag -> [(step, value)], sorted by step; a step logged twice keeps the last."""
+def read_scalars(roots: Path | Sequence[Path]) -> Series:
+    """Every scalar tag under ``roots``: tag -> [(step, value)], sorted by step; a step logged twice keeps the last."""
     from tensorboard.backend.event_processing import event_accumulator
 
+    roots = [roots] if isinstance(roots, Path) else list(roots)
     by_tag: dict[str, dict[int, float]] = defaultdict(dict)
-    for file in event_files(root):
+    for file in (f for root in roots for f in event_files(root)):
         acc = event_accumulator.EventAccumulator(str(file), size_guidance={event_accumulator.SCALARS: 0})
         acc.Reload()
         for tag in acc.Tags().get("scalars", []):
@@ -99,6 +101,9 @@ def _draw(ax, panel: Panel, series: Series) -> None:  # noqa: ANN001 (matplotlib
     for tag, points in series.items():
         steps, values = zip(*points, strict=True)
         ax.plot(steps, values, marker="o", markersize=3, linewidth=1.5, label=_label(tag))
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_title(panel.title, fontsize=10)
     ax.set_xlabel("step")
     ax.set_ylabel(panel.ylabel)
@@ -106,7 +111,7 @@ def _draw(ax, panel: Panel, series: Series) -> None:  # noqa: ANN001 (matplotlib
     ax.legend(fontsize=7, loc="best")
 
 
-def plot(root: Path, out: Path, panels: Sequence[Panel] = PANELS) -> tuple[list[Path], list[str]]:
+def plot(root: Path | Sequence[Path], out: Path, panels: Sequence[Panel] = PANELS) -> tuple[list[Path], list[str]]:
     """Write one PNG per panel with data plus ``overview.png``; returns ``(files, panels without data)``."""
     import matplotlib
 
@@ -137,7 +142,8 @@ def plot(root: Path, out: Path, panels: Sequence[Panel] = PANELS) -> tuple[list[
             _draw(ax, panel, series)
         for ax in list(axes.flat)[len(drawn) :]:
             ax.axis("off")
-        fig.suptitle(f"ReTool run: {root}", fontsize=10)
+        roots = [root] if isinstance(root, Path) else list(root)
+        fig.suptitle("ReTool run: " + ", ".join(str(r) for r in roots), fontsize=9)
         fig.tight_layout()
         path = out / "overview.png"
         fig.savefig(path)
@@ -153,7 +159,9 @@ def build_parser() -> argparse.ArgumentParser:
         "step time, SFT loss) as PNGs from its tensorboard event files.",
         epilog="panels: " + ", ".join(f"{p.name} ({', '.join(p.patterns)})" for p in PANELS),
     )
-    parser.add_argument("logdir", type=Path, help="tensorboard folder (searched recursively) or one event file")
+    parser.add_argument(
+        "logdirs", nargs="+", type=Path, help="tensorboard folder(s) (searched recursively) or event file(s)"
+    )
     parser.add_argument("--out", type=Path, required=True, help="folder for the PNGs (created)")
     parser.add_argument("--panels", help="comma-separated subset of the panels (default: all)")
     parser.add_argument("--list-tags", action="store_true", help="print the scalar tags found and exit")
@@ -162,11 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if not event_files(args.logdir):
-        print(f"retool-plot: error: no tensorboard event files under {args.logdir}", file=sys.stderr)
+    if not any(event_files(d) for d in args.logdirs):
+        print(
+            f"retool-plot: error: no tensorboard event files under {', '.join(map(str, args.logdirs))}", file=sys.stderr
+        )
         return 2
     if args.list_tags:
-        for tag, points in sorted(read_scalars(args.logdir).items()):
+        for tag, points in sorted(read_scalars(args.logdirs).items()):
             print(f"{tag}  ({len(points)} points)")
         return 0
     panels = list(PANELS)
@@ -177,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"retool-plot: error: unknown panel(s) {', '.join(unknown)}", file=sys.stderr)
             return 2
         panels = [p for p in PANELS if p.name in names]
-    files, empty = plot(args.logdir, args.out, panels)
+    files, empty = plot(args.logdirs, args.out, panels)
     for file in files:
         print(f"wrote {file}")
     if empty:

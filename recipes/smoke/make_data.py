@@ -43,15 +43,15 @@ DAPO_TEMPLATE = (
     'Remember to put your answer on its own line after "Answer:".'
 )
 
-# (problem text, Python expression) makers; the answer is what the expression prints.
+# (problem text, Python expression) makers; the answer is what the expression prints. Single-digit operands on
+# purpose: a 2-layer model can then close every number from local context (the digit after "(" is followed by the
+# operator, the digit after the operator by ")"), where multi-digit numbers need counting it does not learn in
+# minutes, and a call it cannot close is not parseable and never reaches the sandbox.
 Maker = Callable[[random.Random], tuple[str, str]]
 MAKERS: tuple[Maker, ...] = (
-    lambda r: (lambda a, b: (f"What is ${a} \\times {b}$?", f"{a} * {b}"))(r.randint(11, 99), r.randint(11, 99)),
-    lambda r: (lambda a, b: (f"Compute ${a} + {b}$.", f"{a} + {b}"))(r.randint(100, 999), r.randint(100, 999)),
-    lambda r: (lambda a, b: (f"Find the remainder when ${a}$ is divided by ${b}$.", f"{a} % {b}"))(
-        r.randint(100, 9999), r.randint(3, 19)
-    ),
-    lambda r: (lambda a, b: (f"What is ${a}^{{{b}}}$?", f"{a} ** {b}"))(r.randint(2, 9), r.randint(2, 6)),
+    lambda r: (lambda a, b: (f"What is ${a} \\times {b}$?", f"{a} * {b}"))(r.randint(2, 9), r.randint(2, 9)),
+    lambda r: (lambda a, b: (f"Compute ${a} + {b}$.", f"{a} + {b}"))(r.randint(1, 9), r.randint(1, 9)),
+    lambda r: (lambda a, b: (f"What is ${a} - {b}$?", f"{a} - {b}"))(r.randint(1, 9), r.randint(1, 9)),
 )
 
 

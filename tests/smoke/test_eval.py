@@ -36,7 +36,7 @@ P1, P2, P3 = "What is $3 \\times 4$?", "Compute $4 + 5$.", "Find $x$ with $x^2 =
 
 # (problem, response, ground truth, acc, pred, tool_rounds)
 RECORDS = [
-    # P1 (source arith): correct, wrong, wrong, correct -> n=4, c=2; preds 12, 13, 13, 12 -> tie -> "12" (first) -> maj ok
+    # P1 (source arith): right, wrong, wrong, right -> n=4, c=2; preds 12, 13, 13, 12: tie -> "12" (first) -> maj ok
     (P1, _tool_turn("12") + "\\boxed{12}", "12", True, "12", 1),
     (P1, _tool_turn(TRACEBACK) + "\\boxed{13}", "12", False, "13", 1),
     (P1, BAD_CALL + "\\boxed{13}", "12", False, "13", 0),

@@ -73,7 +73,10 @@ def test_plot_panel_subset_and_errors(tmp_path: Path) -> None:
 
 def test_plot_cli_help() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "recipes.retool.plot", "--help"], capture_output=True, text=True, env=kit_env(),
+        [sys.executable, "-m", "recipes.retool.plot", "--help"],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
         cwd=REPO_ROOT,
     )
     assert proc.returncode == 0 and "val_acc" in proc.stdout and "tensorboard" in proc.stdout
