@@ -37,17 +37,8 @@ Defaults and meanings: python -m recipes.launch plan --help
 EOF
 }
 
-kit_python() {
-  if [[ -n ${KIT_PYTHON:-} ]]; then
-    echo "$KIT_PYTHON"
-  elif [[ -n ${VIRTUAL_ENV:-} && -x $VIRTUAL_ENV/bin/python ]]; then
-    echo "$VIRTUAL_ENV/bin/python"
-  elif [[ -x $KIT_ROOT/.venv/bin/python ]]; then
-    echo "$KIT_ROOT/.venv/bin/python"
-  else
-    echo python3
-  fi
-}
+# shellcheck source=../scripts/lib/kit_python.sh
+source "$KIT_ROOT/scripts/lib/kit_python.sh"
 
 if [[ $# -eq 0 || $1 == -h || $1 == --help ]]; then
   usage

@@ -44,17 +44,8 @@ die() {
   exit 1
 }
 
-kit_python() {
-  if [[ -n ${KIT_PYTHON:-} ]]; then
-    echo "$KIT_PYTHON"
-  elif [[ -n ${VIRTUAL_ENV:-} && -x $VIRTUAL_ENV/bin/python ]]; then
-    echo "$VIRTUAL_ENV/bin/python"
-  elif [[ -x $KIT_ROOT/.venv/bin/python ]]; then
-    echo "$KIT_ROOT/.venv/bin/python"
-  else
-    echo python3
-  fi
-}
+# shellcheck source=lib/kit_python.sh
+source "$KIT_ROOT/scripts/lib/kit_python.sh"
 
 # The interface holding IPv4 address $1, or nothing.
 iface_of() {

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -167,16 +166,9 @@ def step_metrics(text: str) -> dict[int, dict[str, float]]:
     The trainers' logs are the only place their per-step metrics come out of a subprocess; lines of the
     same step (train and val) are merged, and values that are not numbers are dropped.
     """
-    steps: dict[int, dict[str, float]] = {}
-    for match in re.finditer(r"step:(\d+) - (.*)", text):
-        metrics = steps.setdefault(int(match.group(1)), {})
-        for item in match.group(2).split(" - "):
-            key, _, value = item.strip().rpartition(":")
-            try:
-                metrics[key] = float(value)
-            except ValueError:
-                pass
-    return steps
+    from recipes.smoke.pipeline import step_metrics as parse  # the kit's own parser: one copy of the format
+
+    return parse(text)
 
 
 @dataclass
