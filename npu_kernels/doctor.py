@@ -10,8 +10,8 @@ Design:
 * Every machine read goes through :class:`Probes` (environment, /dev root, CANN root, npu-smi binary, Ray resources,
   the Python path used for package metadata), so tests can stand up a whole fake A3 node and plant one fault at a time.
 * No torch / torch_npu / vLLM / Ray import at module level, and versions come from package metadata, not imports:
-  the doctor must run where those are broken. The platform comes from :mod:`npu_kernels.device`, env rules from
-  :mod:`npu_kernels.env_presets` and versions from :mod:`npu_kernels.pins`; nothing here keeps a second copy.
+  the doctor must run where those are broken. The platform, profiles and env rules come from
+  :mod:`npu_kernels.platform` and versions from :mod:`npu_kernels.pins`; nothing here keeps a second copy.
 * Exit status 0 unless a check FAILs (WARN does not fail), 2 for usage errors.
 
 CLI (``retool-doctor`` or ``python -m npu_kernels.doctor``)::
@@ -44,7 +44,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from npu_kernels import device, pins
+from npu_kernels import pins
+from npu_kernels import platform as device
 from npu_kernels.ascend_probe import (
     package_mentions,
     parse_npu_smi_info,
@@ -52,7 +53,8 @@ from npu_kernels.ascend_probe import (
     read_driver_version,
     vllm_ascend_env_names,
 )
-from npu_kernels.env_presets import HARDWARE, PHASES, EnvVar, known_bad_combinations, preset
+from npu_kernels.platform import PHASES, EnvVar
+from npu_kernels.platform import PROFILE_NAMES as HARDWARE
 
 KIT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -190,7 +192,7 @@ class Report:
 
 
 def _fix_env_line(hw: str, phase: str) -> str:
-    return f"source <(python -m npu_kernels.device env --phase {phase} --hw {hw})"
+    return f"source <({device.PROFILES[hw].env_command(phase)})"
 
 
 def _image(hw: str) -> str:
@@ -658,10 +660,10 @@ def check_env(ctx: Context) -> list[Result]:
     """Known-bad combinations (env_presets.known_bad_combinations) FAIL; other departures from the kit's preset
     WARN; on NPU, VLLM_ASCEND_* variables the installed vllm-ascend does not read WARN."""
     env, hw, phase = ctx.probes.env, ctx.hw, ctx.opts.phase
-    entries = preset(phase, hw)
+    entries = device.PROFILES[hw].env(phase, env)
     results: list[Result] = []
     flagged: set[str] = set()
-    for problem in known_bad_combinations(env, phase, hw):
+    for problem in device.PROFILES[hw].env_problems(env, phase):
         names = [n for n in dict.fromkeys(_VAR_NAME.findall(problem)) if n in env or any(e.name == n for e in entries)]
         flagged.update(names)
         results.append(
@@ -862,8 +864,8 @@ def build_context(opts: Options, probes: Probes) -> Context:
         note = f"{torch_devices} CUDA devices"
     else:
         note = _torch_npu_note()
-    hw = opts.hw or device.guess_hardware(platform, probes.dev_root)
-    target = device.PROFILES[hw].platform
+    hw = opts.hw or device.profile_of(platform, probes.dev_root)
+    target = device.PROFILES[hw].platform.name
     return Context(probes, opts, platform, note, hw, target, davinci, torch_devices)
 
 

@@ -340,7 +340,7 @@ def apply_from_env(environ: Mapping[str, str] | None = None) -> PatchReport:
             ops = load(requested)
         except BackendUnavailable as exc:
             raise RuntimeError(f"{BACKEND_ENV}={requested}: {exc}") from exc
-    if ops.name == "npu":
+    if ops.after_verl_npu_patch:
         notes.append(preload_verl_npu_patch())
     enabled = environ.get(OPS_ENV)
     return apply(ops, enabled_ops=enabled.split(",") if enabled else None, notes=notes)

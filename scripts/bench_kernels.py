@@ -38,8 +38,9 @@ if str(REPO_ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from npu_kernels import device, patcher  # noqa: E402
 from npu_kernels import ops as kernel_ops  # noqa: E402
+from npu_kernels import patcher  # noqa: E402
+from npu_kernels import platform as kit_platform  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def bench_layer(
     seq: int,
     batch: int,
     dtype: torch.dtype,
-    platform: device.Platform,
+    platform: kit_platform.Platform,
     ops: kernel_ops.KernelOps,
     enabled_ops: Sequence[str],
     attn: str,
@@ -266,7 +267,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _dtype_for(name: str, platform: device.Platform) -> torch.dtype:
+def _dtype_for(name: str, platform: kit_platform.Platform) -> torch.dtype:
     if name != "auto":
         return DTYPES[name]
     if platform.name == "cuda" and not torch.cuda.is_bf16_supported():
@@ -276,7 +277,7 @@ def _dtype_for(name: str, platform: device.Platform) -> torch.dtype:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    platform = device.current_platform()
+    platform = kit_platform.current_platform()
     if args.backend == "auto":
         ops, notes = kernel_ops.select(platform)
     else:

@@ -166,7 +166,7 @@ def step_metrics(text: str) -> dict[int, dict[str, float]]:
     The trainers' logs are the only place their per-step metrics come out of a subprocess; lines of the
     same step (train and val) are merged, and values that are not numbers are dropped.
     """
-    from recipes.smoke.pipeline import step_metrics as parse  # the kit's own parser: one copy of the format
+    from recipes.smoke.progress import step_metrics as parse  # the kit's own parser: one copy of the format
 
     return parse(text)
 

@@ -35,6 +35,9 @@ class KernelOps:
     rope: RopeFn
     #: Human-readable provenance for log lines, e.g. the torch_npu or liger-kernel version.
     detail: str = ""
+    #: verl's own npu_patch replaces the same forwards in every process that sees an NPU; a backend that does must
+    #: have it imported first, or verl undoes the kit's patch a moment later (npu_kernels.patcher).
+    after_verl_npu_patch: bool = False
 
     def describe(self) -> str:
         return f"{self.name} ({self.detail})" if self.detail else self.name

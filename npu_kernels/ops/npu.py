@@ -107,4 +107,11 @@ def make_ops(torch_npu: ModuleType) -> KernelOps:
         return rotary(q, cos, sin, logical), rotary(k, cos, sin, logical)
 
     version = getattr(torch_npu, "__version__", "unknown version")
-    return KernelOps(name="npu", rms_norm=rms_norm, swiglu=swiglu, rope=rope, detail=f"torch_npu {version}")
+    return KernelOps(
+        name="npu",
+        rms_norm=rms_norm,
+        swiglu=swiglu,
+        rope=rope,
+        detail=f"torch_npu {version}",
+        after_verl_npu_patch=True,  # verl 0.6.1's npu_patch replaces RMSNorm/SwiGLU forwards on NPU too
+    )

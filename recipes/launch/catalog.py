@@ -36,7 +36,7 @@ class Recipe:
 
     name: str
     config_name: str
-    phase: str  # "sft" or "rl": the npu_kernels.device preset and the verl entry point
+    phase: str  # "sft" or "rl": the platform's environment for the phase and the verl entry point
     model: ModelFacts
     train_file: str  # default file names under DATA_DIR, as ``python -m recipes.retool.prepare`` writes them
     val_file: str

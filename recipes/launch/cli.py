@@ -1,33 +1,39 @@
-"""``python -m recipes.launch``: plan, check and (through the run scripts) launch a ReTool recipe.
+"""``python -m recipes.launch``: plan, check and launch a ReTool recipe.
 
+    python -m recipes.launch run RECIPE [--hw a2|a3|cuda|cpu] [--dry-run] [--no-path-check] [overrides...]
     python -m recipes.launch plan --recipe qwen3_4b_dapo --hw a3 --dry-run [--no-path-check] [-- overrides...]
-    python -m recipes.launch plan --recipe qwen3_4b_dapo --hw a3 --argv [-- overrides...]   # what run_*.sh execs
+    python -m recipes.launch plan --recipe qwen3_4b_dapo --hw a3 --argv [-- overrides...]
     python -m recipes.launch list
 
-``--dry-run`` prints the table, problems and the exact command, and exits 0 only when nothing is wrong.
-``--argv`` is the run scripts' mode: the same checks plus this machine's (platform, device count), the table on
-stderr, and the command on stdout one argument per line for the script to ``exec``.
+``run`` is what ``recipes/run_<recipe>_npu.sh`` execs: it picks the profile (``--hw``, else
+:func:`npu_kernels.platform.default_hardware`), applies the profile's environment for the recipe's phase, plans,
+and either prints the dry run or replaces itself with the exact verl command it approved. ``plan --dry-run`` prints
+the table, problems and the command, and exits 0 only when nothing is wrong; ``plan --argv`` prints the command one
+argument per line (the same checks plus this machine's: platform, device count; the table on stderr).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from npu_kernels.env_presets import HARDWARE
+from npu_kernels.platform import PROFILE_NAMES, PROFILES, applied, default_hardware
+from npu_kernels.platform.cli import add_profile_option
 from recipes.launch import catalog, inputs
 from recipes.launch.plan import UsageError, build
 from recipes.launch.report import render
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+SCALES = ("full", "smoke")
 
 
 def _epilog() -> str:
     lines = ["environment (inputs; each becomes an explicit override in the printed command):"]
     lines += [f"  {name:<24}{text}" for name, text in inputs.ENV_DOC.items()]
-    lines += ["", "recipes: " + ", ".join(catalog.RECIPES), "profiles: " + ", ".join(HARDWARE)]
+    lines += ["", "recipes: " + ", ".join(catalog.RECIPES), "profiles: " + ", ".join(PROFILE_NAMES)]
     return "\n".join(lines)
 
 
@@ -46,14 +52,55 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     plan.add_argument("--recipe", required=True, help=f"one of {', '.join(catalog.RECIPES)}")
-    plan.add_argument("--hw", required=True, choices=HARDWARE, help="hardware profile")
+    plan.add_argument("--hw", required=True, choices=PROFILE_NAMES, help="hardware profile")
     mode = plan.add_mutually_exclusive_group(required=True)
     mode.add_argument("--dry-run", action="store_true", help="print table + command, start nothing")
     mode.add_argument("--argv", action="store_true", help="print the command one argument per line (run scripts)")
     plan.add_argument("--no-path-check", action="store_true", help="skip model/data/checkpoint/sandbox checks")
+    _add_scale_option(plan)
     plan.add_argument("overrides", nargs="*", help="Hydra overrides for verl (after --)")
     sub.add_parser("list", help="list the recipes and their run scripts")
+    # parsed by build_run_parser(): options may follow the overrides, which needs parse_intermixed_args
+    sub.add_parser("run", help="what the run scripts exec: environment, plan, then the verl command (or --dry-run)")
     return parser
+
+
+def build_run_parser() -> argparse.ArgumentParser:
+    run = argparse.ArgumentParser(
+        prog="bash recipes/run_recipe.sh",
+        description="Compose, validate and launch one of the kit's ReTool recipes with verl (the per-recipe "
+        "scripts recipes/run_<recipe>_npu.sh pass RECIPE themselves). Anything that is not an option is a Hydra "
+        "override for verl, e.g. trainer.total_epochs=2 actor_rollout_ref.rollout.n=8.",
+        epilog=_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument("recipe", help=f"one of {', '.join(catalog.RECIPES)}")
+    add_profile_option(
+        run,
+        "hardware profile: a2 (8 NPUs/node), a3 (16 dies/node), cuda (8 GPUs), cpu (tiny smoke). Default: KIT_HW, "
+        "else this machine's (a2, a3 or cuda); a dry run on a machine without NPU or GPU plans a3, the reference",
+    )
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="compose and validate the full config, check paths, print the table and the exact command; start "
+        "nothing (no Ray, no torchrun, no model)",
+    )
+    run.add_argument(
+        "--no-path-check", action="store_true", help="skip the model/data/checkpoint/sandbox checks (plan elsewhere)"
+    )
+    _add_scale_option(run)
+    run.add_argument("overrides", nargs="*", help="Hydra overrides for verl (key=value)")
+    return run
+
+
+def _add_scale_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--scale",
+        choices=SCALES,
+        help="full (the reference sizes) or smoke (the tiny model, a few steps: a stack check on any platform). "
+        "Default: the profile's (smoke on cpu, full elsewhere)",
+    )
 
 
 def _list() -> int:
@@ -62,8 +109,45 @@ def _list() -> int:
     return EXIT_OK
 
 
+def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """Environment, plan, then exec: the whole launch the run scripts used to do in bash."""
+    try:
+        recipe = catalog.get(args.recipe)
+    except KeyError as exc:
+        print(f"run_recipe: error: {exc.args[0]}", file=sys.stderr)
+        return EXIT_USAGE
+    hw = args.profile or default_hardware(environ, planning=args.dry_run)
+    env = applied(PROFILES[hw].env(recipe.phase, environ), environ)
+    log = sys.stdout if args.dry_run else sys.stderr
+    try:
+        with contextlib.redirect_stdout(log):
+            plan = build(
+                recipe,
+                hw,
+                args.overrides,
+                scale=args.scale,
+                path_check=not args.no_path_check,
+                for_launch=not args.dry_run,
+                environ=env,
+            )
+    except UsageError as exc:
+        print(f"run_recipe: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(render(plan, dry_run=args.dry_run), file=log, flush=True)
+    if plan.errors:
+        return EXIT_FAILED
+    if args.dry_run:
+        return EXIT_OK
+    print(f"run_recipe: exec {' '.join(plan.command)}", file=sys.stderr, flush=True)
+    os.execvpe(plan.command[0], plan.command, env)
+    return EXIT_FAILED  # not reached
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["run"]:
+        return _run(build_run_parser().parse_intermixed_args(words[1:]), os.environ)
+    args = build_parser().parse_args(words)
     if args.command == "list":
         return _list()
     try:
@@ -75,7 +159,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     log = sys.stdout if args.dry_run else sys.stderr
     try:
         with contextlib.redirect_stdout(log):
-            plan = build(recipe, args.hw, args.overrides, path_check=not args.no_path_check, for_launch=args.argv)
+            plan = build(
+                recipe,
+                args.hw,
+                args.overrides,
+                scale=args.scale,
+                path_check=not args.no_path_check,
+                for_launch=args.argv,
+            )
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -2,7 +2,7 @@
 
 Why explicit device counts: Ray counts NPUs with pyACL and falls back to ``glob('/dev/davinci?')``, which sees only
 davinci0..9, so an A3 node whose CANN environment was not sourced joins with 10 of its 16 dies and verl then waits
-forever for a placement group. The kit counts devices itself (:meth:`npu_kernels.device.NpuPlatform.device_count`)
+forever for a placement group. The kit counts devices itself (:meth:`npu_kernels.platform.npu.NpuPlatform.device_count`)
 and passes ``--resources='{"NPU": N}'``; ``status`` then checks what the cluster really has against the profile.
 
     python -m recipes.launch.cluster start-args --hw a3 [--dry-run]
@@ -12,15 +12,13 @@ and passes ``--resources='{"NPU": N}'``; ``status`` then checks what the cluster
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from npu_kernels.device import PLATFORMS, PROFILES
-from npu_kernels.env_presets import HARDWARE
+from npu_kernels.platform import PROFILE_NAMES, PROFILES
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -28,12 +26,12 @@ EXIT_OK, EXIT_FAILED = 0, 1
 def start_args(hw: str, dry_run: bool = False) -> tuple[list[str], list[str]]:
     """(``ray start`` arguments that declare this node's devices, notes for the user)."""
     profile = PROFILES[hw]
-    platform = PLATFORMS[profile.platform]
+    platform = profile.platform
     notes: list[str] = []
-    if platform.name == "cpu":
-        return [f"--num-cpus={platform.ray_num_cpus}"], notes
+    if not profile.devices_per_node:  # ranks are processes (cpu): nothing to count
+        return platform.ray_start_args(0), notes
     count = platform.device_count()
-    expected = profile.devices_per_node or 0
+    expected = profile.devices_per_node
     if count == 0:
         if not dry_run:
             raise RuntimeError(
@@ -44,9 +42,7 @@ def start_args(hw: str, dry_run: bool = False) -> tuple[list[str], list[str]]:
         count = expected
     elif count != expected:
         notes.append(f"this node has {count} {platform.ray_resource} devices, profile {hw} expects {expected}")
-    if platform.name == "npu":
-        return [f"--resources={json.dumps({platform.ray_resource: count}, separators=(',', ':'))}"], notes
-    return [f"--num-gpus={count}"], notes
+    return platform.ray_start_args(count), notes
 
 
 @dataclass(frozen=True)
@@ -73,7 +69,7 @@ def node_states(nodes: Sequence[dict[str, Any]], resource: str) -> list[NodeStat
 def evaluate(states: Sequence[NodeState], hw: str, expected_nodes: int) -> list[str]:
     """Problems with the cluster for ``expected_nodes`` nodes of profile ``hw``; empty when it is ready."""
     profile = PROFILES[hw]
-    resource = PLATFORMS[profile.platform].ray_resource
+    resource = profile.platform.ray_resource
     alive = [s for s in states if s.alive]
     problems = []
     if len(alive) != expected_nodes:
@@ -114,7 +110,7 @@ def live_states(hw: str, address: str | None) -> list[NodeState]:
 
     ray.init(address=reachable_address(address), logging_level="ERROR", log_to_driver=False)
     try:
-        return node_states(ray.nodes(), PLATFORMS[PROFILES[hw].platform].ray_resource)
+        return node_states(ray.nodes(), PROFILES[hw].platform.ray_resource)
     finally:
         ray.shutdown()
 
@@ -132,14 +128,15 @@ def cluster_problems(hw: str, expected_nodes: int, address: str | None) -> list[
 
 
 def status(hw: str, expected_nodes: int, address: str | None) -> int:
-    resource = PLATFORMS[PROFILES[hw].platform].ray_resource
+    profile = PROFILES[hw]
+    resource = profile.platform.ray_resource
     try:
         states = live_states(hw, address)
     except Exception as exc:  # noqa: BLE001
         print(f"ray_cluster: error: cannot connect to a Ray cluster at {address or 'auto'}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     for state in states:
-        cpus = "" if resource == "CPU" else f"  CPU {state.cpus:g}"
+        cpus = f"  CPU {state.cpus:g}" if profile.devices_per_node else ""
         print(f"node {state.address:<16} {'alive' if state.alive else 'DEAD '}  {resource} {state.devices:g}{cpus}")
     problems = evaluate(states, hw, expected_nodes)
     for problem in problems:
@@ -153,10 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recipes.launch.cluster", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     start = sub.add_parser("start-args", help="print `ray start` device arguments for this node, one per line")
-    start.add_argument("--hw", required=True, choices=HARDWARE)
+    start.add_argument("--hw", required=True, choices=PROFILE_NAMES)
     start.add_argument("--dry-run", action="store_true", help="no devices here is not an error")
     stat = sub.add_parser("status", help="check that all nodes joined with the expected devices")
-    stat.add_argument("--hw", required=True, choices=HARDWARE)
+    stat.add_argument("--hw", required=True, choices=PROFILE_NAMES)
     stat.add_argument("--nodes", type=int, default=1, help="expected number of nodes (default 1)")
     stat.add_argument("--address", help="Ray address (default: auto, the cluster this node belongs to)")
     args = parser.parse_args(argv)

@@ -20,7 +20,7 @@ import os
 import warnings
 from collections.abc import Iterator, Sequence
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from recipes.launch.catalog import CONFIG_DIR, Recipe
 
@@ -57,6 +57,20 @@ def _explain(exc: BaseException) -> str:
 
 def compose(recipe: Recipe, overrides: Sequence[str]) -> DictConfig:
     """The recipe's config with ``overrides`` applied, as verl's ``@hydra.main`` would build it."""
+    return _compose(recipe, overrides, hydra_node=False)
+
+
+def compose_with_choices(recipe: Recipe, overrides: Sequence[str]) -> tuple[DictConfig, dict[str, str]]:
+    """:func:`compose`, plus the config-group choices Hydra made (``profile``, ``scale``: a profile's YAML may
+    choose the default of another group, as ``profile/cpu.yaml`` picks ``scale=smoke``)."""
+    cfg = _compose(recipe, overrides, hydra_node=True)
+    choices = {str(k): str(v) for k, v in cfg.hydra.runtime.choices.items() if v is not None}
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg, choices
+
+
+def _compose(recipe: Recipe, overrides: Sequence[str], hydra_node: bool) -> DictConfig:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -64,7 +78,9 @@ def compose(recipe: Recipe, overrides: Sequence[str]) -> DictConfig:
     GlobalHydra.instance().clear()
     try:
         with no_external_modules(), initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-            return hydra_compose(config_name=recipe.config_name, overrides=list(overrides))
+            return hydra_compose(
+                config_name=recipe.config_name, overrides=list(overrides), return_hydra_config=hydra_node
+            )
     except Exception as exc:  # Hydra raises several exception types; all mean "this command would not start"
         raise ConfigError(_explain(exc)) from exc
     finally:

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from npu_kernels.platform import default_hardware
+from npu_kernels.platform.cli import add_profile_option
 from recipes.launch import catalog, inputs
 
 MARKER = "kit_merge.json"
@@ -169,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"Default target: <ckpt dir>/{catalog.MERGED_DIR_NAME}, the RL recipe's default MODEL_PATH.",
     )
     parser.add_argument("--recipe", default="qwen3_4b", help="qwen3_4b or qwen2.5_32b (either stage's name works)")
-    parser.add_argument("--hw", default=os.environ.get("KIT_HW") or "a3", choices=list(catalog_profiles()))
+    add_profile_option(parser, "hardware profile of the SFT run (default: KIT_HW, else this machine's)")
     parser.add_argument("--ckpt-dir", help="the SFT run's trainer.default_local_dir")
     parser.add_argument("--step", type=int, help="merge global_step_STEP instead of the latest")
     parser.add_argument("--target", help=f"output folder (default <ckpt dir>/{catalog.MERGED_DIR_NAME})")
@@ -178,15 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def catalog_profiles() -> tuple[str, ...]:
-    from npu_kernels.env_presets import HARDWARE
-
-    return HARDWARE
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        args.hw = args.profile or default_hardware()
         handoff = plan(args)
         print(f"SFT checkpoint: {handoff.step_dir} (step {handoff.step})")
         if args.dry_run:

@@ -20,6 +20,8 @@ DEFAULT_DATA_DIR = "~/data/retool"
 DEFAULT_MODELS_DIR = "~/models"
 DEFAULT_CKPT_ROOT = "~/checkpoints/retool"
 DEFAULT_SANDBOX_URL = "http://127.0.0.1:8080/run_code"
+#: The scale (config group ``scale``) whose default model is the kit's tiny stand-in, not a hub checkpoint.
+SMOKE_SCALE = "smoke"
 
 RL_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
 """Job-wide environment of an RL run: Ray applies it to every worker on every node (a worker otherwise inherits its
@@ -74,21 +76,21 @@ def ckpt_root(environ: Mapping[str, str]) -> Path:
     return Path(_path(_env(environ, "CKPT_ROOT") or DEFAULT_CKPT_ROOT, environ))
 
 
-def default_model_path(recipe: Recipe, hw: str, environ: Mapping[str, str]) -> str:
-    """SFT: the base model (on cpu the kit's tiny stand-in); RL: the SFT stage's merged checkpoint."""
+def default_model_path(recipe: Recipe, hw: str, environ: Mapping[str, str], scale: str = "full") -> str:
+    """SFT: the base model (at the smoke scale the kit's tiny stand-in); RL: the SFT stage's merged checkpoint."""
     if recipe.phase == "rl":
         assert recipe.sft_recipe is not None
         return str(ckpt_root(environ) / f"{recipe.sft_recipe}_{hw}" / MERGED_DIR_NAME)
-    if hw == "cpu":
+    if scale == SMOKE_SCALE:
         return str(KIT_ROOT / "build" / f"tiny-{recipe.model.tiny_arch}")
     models = _path(_env(environ, "MODELS_DIR") or DEFAULT_MODELS_DIR, environ)
     return str(Path(models) / recipe.model.hf_name.split("/")[-1])
 
 
-def _model_hint(recipe: Recipe, hw: str) -> str:
+def _model_hint(recipe: Recipe, hw: str, scale: str) -> str:
     if recipe.phase == "rl":
         return f"run the SFT stage, then scripts/sft_to_rl.sh --recipe {recipe.sft_recipe} --hw {hw}"
-    if hw == "cpu":
+    if scale == SMOKE_SCALE:
         arch = recipe.model.tiny_arch
         return f"python -m recipes.smoke.tiny_model --arch {arch} --out build/tiny-{arch}"
     name = recipe.model.hf_name
@@ -107,7 +109,7 @@ def model_key(recipe: Recipe) -> str:
     return "model.partial_pretrain" if recipe.phase == "sft" else "actor_rollout_ref.model.path"
 
 
-def resolve(recipe: Recipe, hw: str, environ: Mapping[str, str] | None = None) -> list[Input]:
+def resolve(recipe: Recipe, hw: str, environ: Mapping[str, str] | None = None, scale: str = "full") -> list[Input]:
     """The environment-derived inputs of a run (all but CKPT_DIR, which needs the composed experiment name)."""
     environ = os.environ if environ is None else environ
     data_dir = _path(_env(environ, "DATA_DIR") or DEFAULT_DATA_DIR, environ)
@@ -118,9 +120,9 @@ def resolve(recipe: Recipe, hw: str, environ: Mapping[str, str] | None = None) -
         Input(
             "MODEL_PATH",
             model_key(recipe),
-            _path(model, environ) if model else default_model_path(recipe, hw, environ),
+            _path(model, environ) if model else default_model_path(recipe, hw, environ, scale),
             "env" if model else "default",
-            _model_hint(recipe, hw),
+            _model_hint(recipe, hw, scale),
         ),
         Input(
             "TRAIN_FILE",

@@ -2,7 +2,7 @@
 
 One function, :func:`build`, serves both the dry run and the real launch, so what a dry run approves is byte for
 byte what runs. The command is assembled from, in order: the hardware profile (``profile=<hw>``), the device
-abstraction's overrides and devices per node (:mod:`npu_kernels.device`), the environment inputs
+abstraction's overrides and devices per node (:mod:`npu_kernels.platform`), the environment inputs
 (:mod:`recipes.launch.inputs`), the kit's own files (reward, tool config), and last the user's overrides, which win:
 any key the user sets drops the launcher's value for it.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from npu_kernels.device import PLATFORMS, PROFILES, current_platform, import_torch_npu
+from npu_kernels.platform import PROFILES, current_platform
 from recipes.launch import checks, cluster, compose, inputs, paths
 from recipes.launch.catalog import CONFIG_DIR, KIT_ROOT, Recipe
 from recipes.launch.compose import ConfigError
@@ -58,6 +58,8 @@ class Plan:
 
     recipe: Recipe
     hw: str
+    scale: str = "full"  # the config group's choice as Hydra made it (profile/cpu.yaml defaults it to smoke)
+    scale_given: bool = False  # chosen on the command line (--scale), not the profile's default
     argv: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # set for the command only (shown as an `env` prefix)
     cfg: DictConfig | None = None  # resolved
@@ -75,11 +77,7 @@ class Plan:
 
 
 def _device_overrides(recipe: Recipe, hw: str) -> list[str]:
-    profile = PROFILES[hw]
-    out = [f"profile={hw}", *PLATFORMS[profile.platform].verl_overrides(recipe.phase)]
-    if profile.devices_per_node:
-        out.append(f"trainer.n_gpus_per_node={profile.devices_per_node}")
-    return out
+    return [f"profile={hw}", *PROFILES[hw].verl_overrides(recipe.phase)]
 
 
 def _without(ours: Sequence[str], user_keys: set[str]) -> list[str]:
@@ -96,6 +94,8 @@ def _check_user_overrides(user: Sequence[str]) -> set[str]:
             raise UsageError(f"{item!r} is not a Hydra override (key=value)")
         if key == "profile":
             raise UsageError("choose the hardware profile with --hw (or KIT_HW), not a profile= override")
+        if key == "scale":
+            raise UsageError("choose the scale with --scale full|smoke, not a scale= override")
         keys.add(key)
     return keys
 
@@ -114,20 +114,33 @@ def build(
     hw: str,
     user_overrides: Sequence[str] = (),
     *,
+    scale: str | None = None,
     path_check: bool = True,
     for_launch: bool = False,
     environ: Mapping[str, str] | None = None,
 ) -> Plan:
-    """Compose, validate and check; never raises for a bad config (see ``Plan.errors``), only for bad usage."""
+    """Compose, validate and check; never raises for a bad config (see ``Plan.errors``), only for bad usage.
+
+    ``scale`` (full, smoke) overrides the profile's default scale (the ``scale`` config group)."""
     environ = os.environ if environ is None else environ
     if hw not in PROFILES:
         raise UsageError(f"unknown hardware profile {hw!r}; choose one of {', '.join(PROFILES)}")
     user = list(user_overrides)
     user_keys = _check_user_overrides(user)
-    plan = Plan(recipe, hw)
-    plan.inputs = inputs.resolve(recipe, hw, environ)
+    plan = Plan(recipe, hw, scale_given=scale is not None)
+    device = _device_overrides(recipe, hw) + ([f"scale={scale}"] if scale else [])
 
-    ours = _device_overrides(recipe, hw) + [hydra_override(i.override_key, i.value) for i in plan.inputs]
+    # First composition: what the choices and the user's overrides make of the experiment name (it names
+    # CKPT_DIR) and of the scale (it picks the default model), before the inputs are known.
+    try:
+        first, choices = compose.compose_with_choices(recipe, _without(device, user_keys) + user)
+    except ConfigError as exc:
+        plan.errors.append(f"the config does not compose (Hydra, as verl would run it):\n{exc}")
+        return plan
+    plan.scale = choices.get("scale", plan.scale)
+    plan.inputs = inputs.resolve(recipe, hw, environ, plan.scale)
+
+    ours = device + [hydra_override(i.override_key, i.value) for i in plan.inputs]
     if recipe.phase == "rl":
         ours += [
             hydra_override("custom_reward_function.path", KIT_REWARD_PATH),
@@ -135,12 +148,6 @@ def build(
         ]
         ours += [hydra_override(f"+{inputs.RL_ENV_KEY}.{k}", v) for k, v in _rl_job_env(environ).items()]
 
-    # First composition: only to learn the experiment name (the user may have changed it), which names CKPT_DIR.
-    try:
-        first = compose.compose(recipe, _without(ours, user_keys) + user)
-    except ConfigError as exc:
-        plan.errors.append(f"the config does not compose (Hydra, as verl would run it):\n{exc}")
-        return plan
     ckpt = inputs.ckpt_input(str(first.trainer.experiment_name), environ)
     plan.inputs.append(ckpt)
     ours.append(hydra_override(ckpt.key, ckpt.value))
@@ -240,22 +247,21 @@ def _check_this_machine(plan: Plan, environ: Mapping[str, str]) -> None:
     cfg = plan.cfg
     assert cfg is not None
     profile = PROFILES[plan.hw]
-    if profile.platform == "cpu":
-        return
-    here = current_platform()
-    if here.name != profile.platform:
-        status = import_torch_npu()[1] if profile.platform == "npu" else "no CUDA device"
+    platform = profile.platform
+    if not platform.is_available():
         plan.errors.append(
-            f"profile {plan.hw} runs on {profile.platform}, but this machine's platform is {here.name} "
-            f"(torch_npu: {status}). On an NPU host use the kit's image or source CANN's set_env.sh; "
-            "to plan from here, add --dry-run."
+            f"profile {plan.hw} runs on {platform.name}, but this machine's platform is {current_platform().name} "
+            f"({platform.status_note() or 'not available'}). On an NPU host use the kit's image or source CANN's "
+            "set_env.sh; to plan from here, add --dry-run."
         )
         return
-    wanted, count = int(cfg.trainer.n_gpus_per_node), here.device_count()
+    wanted = int(cfg.trainer.n_gpus_per_node)
+    count = platform.device_count() if profile.devices_per_node else wanted  # CPU ranks are processes
     if count < wanted:
+        smaller = [p.name for p in PROFILES.values() if p.platform is platform and p.devices_per_node == count]
         plan.errors.append(
-            f"trainer.n_gpus_per_node={wanted} but this node has {count} visible {profile.platform.upper()} devices"
-            + (" (an A2 node? use --hw a2)" if plan.hw == "a3" and count == 8 else "")
+            f"trainer.n_gpus_per_node={wanted} but this node has {count} visible {platform.ray_resource} devices"
+            + (f" (an {smaller[0].upper()} node? use --hw {smaller[0]})" if smaller else "")
         )
     if plan.recipe.phase == "rl" and int(cfg.trainer.nnodes) > 1:
         # verl would otherwise wait for a placement group that can never be scheduled

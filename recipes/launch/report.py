@@ -13,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from npu_kernels.device import PLATFORMS, PROFILES
+from npu_kernels.platform import PROFILES
 from recipes.launch import inputs
 from recipes.launch.plan import Plan
 
@@ -66,17 +66,58 @@ def _input_value(plan: Plan, key: str) -> str:
     return "?"
 
 
+_SHORT_DTYPE = {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16", "32": "fp32"}
+
+
+def _short(dtype: object) -> str:
+    text = str(dtype)
+    return _SHORT_DTYPE.get(text, text)
+
+
+def compute_dtypes(plan: Plan, cfg: DictConfig) -> dict[str, str]:
+    """The dtype each role computes in, as verl will read it (FSDP param_dtype / autocast / rollout dtype)."""
+    if plan.recipe.phase == "sft":
+        fsdp = cfg.model.fsdp_config
+        return {"trainer": _short((fsdp.get("mixed_precision") or {}).get("param_dtype", "bf16"))}
+    arr = cfg.actor_rollout_ref
+    out = {}
+    for role in ("actor", "ref"):
+        fsdp = arr[role].fsdp_config
+        param = _short((fsdp.get("mixed_precision") or {}).get("param_dtype", "bf16"))
+        autocast = _short(fsdp.get("dtype", "bfloat16"))
+        out[role] = param if param == autocast else f"{param} (autocast {autocast})"
+    out["rollout"] = _short(arr.rollout.get("dtype", "bfloat16"))
+    return out
+
+
+def _dtype_row(plan: Plan, cfg: DictConfig) -> str:
+    dtypes = compute_dtypes(plan, cfg)
+    fsdp = cfg.model.fsdp_config if plan.recipe.phase == "sft" else cfg.actor_rollout_ref.actor.fsdp_config
+    params = _short(fsdp.get("model_dtype", "fp32"))
+    values = set(dtypes.values())
+    compute = (
+        f"{values.pop()} compute ({', '.join(dtypes)})"
+        if len(values) == 1
+        else ", ".join(f"{role} {value}" for role, value in dtypes.items())
+    )
+    return f"{compute}; parameters {params}"
+
+
 def _common_head(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
     profile = PROFILES[plan.hw]
-    platform = PLATFORMS[profile.platform]
     memory = f", {profile.memory_gb_per_device} GB per device" if profile.memory_gb_per_device else ""
     nnodes, per_node = int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node)
-    unit = "worker processes" if profile.platform == "cpu" else f"{platform.ray_resource} devices"
+    unit = f"{profile.platform.ray_resource} devices" if profile.devices_per_node else "worker processes"
     return [
-        ("recipe", f"{plan.recipe.name}  (config {plan.recipe.config_name}, profile {plan.hw})"),
+        (
+            "recipe",
+            f"{plan.recipe.name}  (config {plan.recipe.config_name}, profile {plan.hw}"
+            + (f", scale {plan.scale})" if plan.scale_given else ")"),
+        ),
         ("reference", plan.recipe.reference),
         ("device", f"{cfg.trainer.device}  ({profile.note}{memory})"),
         ("nodes", f"{nnodes} x {per_node} {unit} = {nnodes * per_node}"),
+        ("dtype", _dtype_row(plan, cfg)),
     ]
 
 
@@ -182,7 +223,7 @@ def rows(plan: Plan) -> list[tuple[str, str]]:
         ("checkpoints", f"{_input_value(plan, 'trainer.default_local_dir')}"),
         ("saving", f"{_freq(cfg.trainer.save_freq)}, keep {keep if keep else 'all'}"),
         ("logger", f"{', '.join(cfg.trainer.logger)}; tensorboard dir {plan.env.get('TENSORBOARD_DIR', '?')}"),
-        ("environment", f"python -m npu_kernels.device env --phase {plan.recipe.phase} --hw {plan.hw}"),
+        ("environment", PROFILES[plan.hw].env_command(plan.recipe.phase)),
         ("checked", "; ".join(plan.checked) if plan.checked else "nothing (errors first)"),
     ]
     return _common_head(plan, cfg) + body + tail
@@ -211,8 +252,8 @@ def render(plan: Plan, *, dry_run: bool) -> str:
     parts += [f"error: {e}" for e in plan.errors]
     if dry_run and plan.argv:
         parts.append(
-            f"command (after `source <(python -m npu_kernels.device env --phase {plan.recipe.phase} "
-            f"--hw {plan.hw})`, as the run script does):\n  {render_command(plan)}"
+            f"command (after `source <({PROFILES[plan.hw].env_command(plan.recipe.phase)})`, as the launcher "
+            f"does):\n  {render_command(plan)}"
         )
     if dry_run:
         verdict = "FAILED" if plan.errors else "OK"

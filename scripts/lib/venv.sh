@@ -26,14 +26,60 @@ _kit_base_python() {
 }
 
 _kit_install_system_tools() {
-  # bubblewrap isolates the code sandbox; installed when missing and we may (root with apt).
-  command -v bwrap >/dev/null && return 0
+  # Debian packages the kit uses when present; installed when missing and we may (root with apt):
+  #   bubblewrap            isolates the code sandbox (else: its fallback isolation);
+  #   libtcmalloc-minimal4  the CPU runs' allocator (the cpu platform's LD_PRELOAD; else glibc, ~30% slower steps).
+  local packages=() tcmalloc
+  command -v bwrap >/dev/null || packages+=(bubblewrap)
+  tcmalloc=$(PYTHONPATH="$KIT_ROOT" "$KIT_PYTHON" -c 'from npu_kernels.platform import find_tcmalloc; print(find_tcmalloc() or "")')
+  [[ -n $tcmalloc ]] || packages+=(libtcmalloc-minimal4)
+  ((${#packages[@]})) || return 0
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
-    echo "== installing bubblewrap (apt)"
-    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap; } >/dev/null ||
-      echo "kit: WARNING: could not install bubblewrap; the sandbox will use its fallback isolation" >&2
+    echo "== installing ${packages[*]} (apt)"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${packages[@]}"; } >/dev/null ||
+      echo "kit: WARNING: could not install ${packages[*]}: the sandbox falls back to its own isolation without" \
+        "bubblewrap, and the CPU runs to glibc's allocator without tcmalloc" >&2
   else
-    echo "kit: WARNING: bwrap not found and not root; the sandbox will use its fallback isolation" >&2
+    echo "kit: WARNING: ${packages[*]} missing and not root (apt-get install ${packages[*]}): the sandbox falls" \
+      "back to its own isolation without bubblewrap, and the CPU runs to glibc's allocator without tcmalloc" >&2
+  fi
+}
+
+# PyTorch's CPU wheel index. On PyPI, torch for x86_64 Linux is the CUDA build, which pulls GBs of nvidia-* wheels;
+# the CPU index serves torch (+cpu) and its dependencies for x86_64 and aarch64. Set KIT_TORCH_INDEX_URL to a mirror,
+# or to an empty value to use pip's configured index as it is.
+KIT_TORCH_INDEX_URL=${KIT_TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}
+
+_kit_index_reachable() {
+  # One quick GET of the index's torch page: an unreachable index must not cost pip's retries and timeouts.
+  "$KIT_PYTHON" - "$1/torch/" <<'PY' >/dev/null 2>&1
+import os, sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=float(os.environ.get("KIT_INDEX_TIMEOUT_S", "8"))).close()
+PY
+}
+
+kit_install_cpu_torch() {
+  # torch==CPU_TORCH_VERSION, CPU build: from KIT_TORCH_INDEX_URL when it answers, else from pip's own index (a
+  # local wheel or a mirror of PyPI), then say which build came in.
+  local spec="torch==$CPU_TORCH_VERSION" build
+  if [[ -n $KIT_TORCH_INDEX_URL ]] && _kit_index_reachable "$KIT_TORCH_INDEX_URL"; then
+    echo "== installing $spec (CPU build) from $KIT_TORCH_INDEX_URL"
+    if ! "$KIT_PYTHON" -m pip install --quiet --index-url "$KIT_TORCH_INDEX_URL" "$spec"; then
+      echo "kit: WARNING: $spec not installable from $KIT_TORCH_INDEX_URL; trying pip's default index" >&2
+      "$KIT_PYTHON" -m pip install --quiet "$spec"
+    fi
+  else
+    if [[ -n $KIT_TORCH_INDEX_URL ]]; then
+      echo "kit: WARNING: PyTorch's CPU index $KIT_TORCH_INDEX_URL does not answer; installing $spec from pip's" \
+        "default index (on x86_64 PyPI serves the CUDA build; set KIT_TORCH_INDEX_URL to a reachable CPU index)" >&2
+    fi
+    echo "== installing $spec from pip's default index"
+    "$KIT_PYTHON" -m pip install --quiet "$spec"
+  fi
+  build=$("$KIT_PYTHON" -c 'import torch; c = torch.version.cuda; print(torch.__version__, f"(CUDA {c} build)" if c else "(CPU build)")')
+  echo "== torch $build"
+  if [[ $build == *CUDA* ]]; then
+    echo "kit: WARNING: the CUDA build of torch was installed; the kit's CPU runs work, but it is GBs larger" >&2
   fi
 }
 
@@ -57,8 +103,7 @@ kit_ensure_venv() {
   constraints=$(mktemp)
   # shellcheck disable=SC2086 # PY_PINS is a space-separated list of requirement specs
   printf '%s\n' $PY_PINS >"$constraints"
-  echo "== installing torch==$CPU_TORCH_VERSION (CPU build)"
-  "$KIT_PYTHON" -m pip install --quiet "torch==$CPU_TORCH_VERSION"
+  kit_install_cpu_torch
   echo "== building verl $VERL_VERSION with the patch series"
   rm -rf "$KIT_ROOT/build/verl" # a fresh tree: patches may have changed since the last build
   PYTHON=$KIT_PYTHON bash "$KIT_ROOT/scripts/setup_verl.sh" --source sdist --dest "$KIT_ROOT/build/verl" --install

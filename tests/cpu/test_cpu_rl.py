@@ -23,6 +23,8 @@ from pathlib import Path
 import pytest
 from kit_testing import CODE_INTERPRETER_SCHEMA, kit_env, step_metrics, tiny_model_dir
 
+from npu_kernels.platform import CPU
+
 pytestmark = pytest.mark.slow
 
 REWARD_PY = '''
@@ -97,6 +99,8 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _common_overrides(assets: dict[str, Path], ckpt: Path) -> list[str]:
     return [
+        # the platform's own settings (device, FSDP2, sdpa, fp32 compute, no torch.compile, Ray CPUs)
+        *CPU.verl_overrides("rl"),
         "algorithm.adv_estimator=grpo",
         "algorithm.use_kl_in_reward=False",
         f"data.train_files={assets['data']}",
@@ -104,13 +108,8 @@ def _common_overrides(assets: dict[str, Path], ckpt: Path) -> list[str]:
         "data.train_batch_size=2",
         "data.dataloader_num_workers=0",
         f"actor_rollout_ref.model.path={assets['model']}",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
-        "actor_rollout_ref.actor.strategy=fsdp2",
-        "actor_rollout_ref.ref.strategy=fsdp2",
-        "critic.strategy=fsdp2",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.actor.use_torch_compile=False",
         "actor_rollout_ref.actor.optim.lr=1e-3",
         "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.n=4",
@@ -119,7 +118,6 @@ def _common_overrides(assets: dict[str, Path], ckpt: Path) -> list[str]:
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
         f"custom_reward_function.path={assets['reward']}",
         "custom_reward_function.name=compute_score",
-        "trainer.device=cpu",
         "trainer.n_gpus_per_node=2",
         "trainer.nnodes=1",
         "trainer.logger=['console']",
@@ -128,7 +126,6 @@ def _common_overrides(assets: dict[str, Path], ckpt: Path) -> list[str]:
         f"trainer.default_local_dir={ckpt}",
         "trainer.project_name=kit-cpu-rl",
         "trainer.experiment_name=tiny",
-        "ray_kwargs.ray_init.num_cpus=4",
     ]
 
 
@@ -231,6 +228,6 @@ def test_async_tool_agent_loop(assets: dict[str, Path], tmp_path: Path) -> None:
     steps = _check_steps(tmp_path / "async.log", [1, 2])
     for metrics in steps.values():
         assert metrics["num_turns/min"] >= 2, metrics["num_turns/min"]
-        # rollout log-probs (HF generate, bf16 autocast) agree with the trainer's recomputation: weights were synced
+        # rollout log-probs (HF generate, fp32) agree with the trainer's recomputation: weights were synced
         assert metrics["training/rollout_probs_diff_mean"] < 1e-2, metrics["training/rollout_probs_diff_mean"]
     print(f"\n[cpu-rl] async run: wall {wall:.1f}s; {_timing(steps)}")

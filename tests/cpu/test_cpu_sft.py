@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from kit_testing import CODE_INTERPRETER_SCHEMA, kit_env, step_metrics, tiny_model_dir
 
+from npu_kernels.platform import CPU
+
 STEPS = 3
 
 pytestmark = pytest.mark.slow
@@ -83,6 +85,8 @@ def test_cpu_sft_multiturn_tools_and_merge(tmp_path: Path) -> None:
         "2",
         "-m",
         "verl.trainer.fsdp_sft_trainer",
+        # the platform's own settings (device, FSDP2, sdpa, fp32 compute)
+        *CPU.verl_overrides("sft"),
         f"data.train_files={data}",
         f"data.val_files={data}",
         "data.max_length=320",
@@ -93,11 +97,8 @@ def test_cpu_sft_multiturn_tools_and_merge(tmp_path: Path) -> None:
         "data.multiturn.messages_key=messages",
         "data.multiturn.tools_key=tools",
         f"model.partial_pretrain={model}",
-        "model.strategy=fsdp2",
-        "model.attn_implementation=sdpa",
         "use_remove_padding=true",
         "optim.lr=1e-3",
-        "trainer.device=cpu",
         f"trainer.default_local_dir={ckpt}",
         "trainer.logger=['console']",
         "trainer.total_epochs=1",

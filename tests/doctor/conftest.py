@@ -24,7 +24,7 @@ import pytest
 from kit_testing import REPO_ROOT
 
 from npu_kernels import pins
-from npu_kernels.env_presets import preset
+from npu_kernels.platform import PROFILES
 
 A3_DEVICES = 16
 CANN_BUILD = "8.3.0.2.220"  # the build id in front of the release in version.cfg; any value, only the release counts
@@ -312,7 +312,7 @@ class FakeA3:
             ATB_HOME_PATH=atb,
             LD_LIBRARY_PATH=f"{atb}/lib:{toolkit}/lib64:{toolkit}/lib64/plugin/opskernel",
         )
-        for entry in preset("rl", "a3"):
+        for entry in PROFILES["a3"].env("rl"):
             if entry.value is None:
                 env.pop(entry.name, None)
             else:

@@ -154,7 +154,7 @@ FAULTS: dict[str, Fault] = {
     "expandable_segments in rl": Fault(
         _with_env(PYTORCH_NPU_ALLOC_CONF="expandable_segments:True"),
         {"env.bad.PYTORCH_NPU_ALLOC_CONF"},
-        ("unset PYTORCH_NPU_ALLOC_CONF", "npu_kernels.device env --phase rl --hw a3"),
+        ("unset PYTORCH_NPU_ALLOC_CONF", "npu_kernels.platform env --phase rl --hw a3"),
     ),
     "TASK_QUEUE_ENABLE=2 with graph mode": Fault(
         _with_env(VLLM_ENABLE_GRAPH_MODE="1"),
@@ -226,7 +226,7 @@ def test_planted_fault_fails_with_its_fix(fake_a3: FakeA3, name: str) -> None:
             "variable differs from the preset",
             _with_env(HCCL_CONNECT_TIMEOUT="120"),
             "env.preset",
-            "npu_kernels.device env --phase rl --hw a3",
+            "npu_kernels.platform env --phase rl --hw a3",
         ),
     ],
 )

@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 from kit_testing import REPO_ROOT
 
-from npu_kernels import device
+from npu_kernels import platform as kit_platform
 
 SCRIPT = REPO_ROOT / "scripts" / "bench_kernels.py"
 
@@ -38,7 +38,7 @@ def test_help(bench: ModuleType, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_tiny_cpu_run(bench: ModuleType, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(device, "current_platform", lambda: device.CPU)
+    monkeypatch.setattr(kit_platform, "current_platform", lambda: kit_platform.CPU)
     args = ["--reduce", "40", "--seq", "16", "--iters", "1", "--warmup", "0"]
     assert bench.main([*args, "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]

@@ -8,8 +8,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from npu_kernels import device
 from npu_kernels import ops as kernel_ops
+from npu_kernels import platform as kit_platform
 from npu_kernels.ops import reference
 
 
@@ -19,18 +19,18 @@ def _rand(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> tor
 
 def test_cuda_without_liger_selects_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "liger_kernel", None)
-    ops, notes = kernel_ops.select(device.CUDA)
+    ops, notes = kernel_ops.select(kit_platform.CUDA)
     assert ops.name == "reference"
     assert notes == ["liger backend needs liger-kernel: not installed"]
 
 
 def test_cpu_and_npu_preferences() -> None:
-    assert kernel_ops.select(device.CPU)[0].name == "reference"
-    assert kernel_ops.preferred("npu") == ("npu", "reference")
+    assert kernel_ops.select(kit_platform.CPU)[0].name == "reference"
+    assert kit_platform.NPU.kernel_backends == ("npu", "reference")
 
 
 def test_cuda_with_liger_dispatches_to_it(stub_liger: ModuleType) -> None:
-    ops, notes = kernel_ops.select(device.CUDA)
+    ops, notes = kernel_ops.select(kit_platform.CUDA)
     assert (ops.name, notes, ops.detail) == ("liger", [], "liger-kernel 0.0.0+kit.stub")
     x, w = _rand(2, 7, 64), _rand(64, seed=1)
     torch.testing.assert_close(ops.rms_norm(x, w, 1e-6), reference.rms_norm(x, w, 1e-6))

@@ -217,9 +217,9 @@ def test_apply_from_env_off_and_op_selection(stub_torch_npu: ModuleType) -> None
 
 
 def test_apply_from_env_auto_on_cpu_uses_reference(monkeypatch: pytest.MonkeyPatch) -> None:
-    from npu_kernels import device
+    from npu_kernels import platform as kit_platform
 
-    monkeypatch.setattr(device, "current_platform", lambda: device.CPU)
+    monkeypatch.setattr(kit_platform, "current_platform", lambda: kit_platform.CPU)
     report = patcher.apply_from_env({})
     assert report.backend == "reference (pure torch)"
     assert set(patcher.state().values()) == {"kit:reference"}

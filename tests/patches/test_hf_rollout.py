@@ -3,7 +3,8 @@
 Unpatched 0.6.1 has no ("hf", "sync") registry entry ("Rollout hf with mode sync not found"), and its HFRollout
 cannot be built by the FSDP worker (stale constructor, abstract methods missing). The check builds the rollout the
 way the worker does (``get_rollout_class(name, mode)(config=, model_config=, device_mesh=)``), pushes new weights
-through ``update_weights`` and generates a left-padded batch with ``generate_sequences``.
+through ``update_weights`` and generates a left-padded batch with ``generate_sequences``; ``rollout.dtype`` sets
+the compute dtype of generate (fp32 for CPUs without fast bf16 GEMMs; bf16 by default), not a constant.
 """
 
 from __future__ import annotations
@@ -87,6 +88,23 @@ def check_hf_rollout_sync() -> None:
             )[0, len(prompt) :].tolist()
         got = responses[i, : len(ref)].tolist()
         assert got == ref, (i, got, ref)
+
+    # the compute dtype of generate follows rollout.dtype (what vLLM reads for its engine dtype)
+    assert config.dtype == "bfloat16"  # verl's default, unchanged
+    for dtype, expected in (("float32", torch.float32), ("bfloat16", torch.bfloat16)):
+        typed = RolloutConfig(
+            name="hf",
+            mode="sync",
+            tensor_model_parallel_size=1,
+            prompt_length=prompt_len,
+            response_length=resp_len,
+            dtype=dtype,
+        )
+        other = get_rollout_class("hf", "sync")(config=typed, model_config=model_config, device_mesh=None)
+        seen: set = set()
+        other.module.lm_head.register_forward_hook(lambda _m, _i, out, seen=seen: seen.add(out.dtype))
+        other.generate_sequences(batch)
+        assert seen == {expected}, f"rollout.dtype={dtype}: generate computed the logits in {seen}"
 
 
 def test_patched() -> None:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from npu_kernels.device import PLATFORMS, PROFILES, current_platform
-from npu_kernels.env_presets import HARDWARE
-from recipes.launch import catalog, cli, plan
+from npu_kernels.platform import PROFILE_NAMES as HARDWARE
+from npu_kernels.platform import PROFILES, current_platform
+from recipes.launch import catalog, cli, plan, report
 from recipes.launch.catalog import CONFIG_DIR, RECIPES
 
 ALL = [(name, hw) for name in RECIPES for hw in HARDWARE]
@@ -51,7 +51,7 @@ def test_composes_and_validates(plans: dict[tuple[str, str], plan.Plan], name: s
     assert ("verl validate_config" if recipe.phase == "rl" else "verl SFT trainer assertions") in built.checked
     profile = PROFILES[hw]
     # device facts come from the device abstraction, not from YAML
-    assert cfg.trainer.device == PLATFORMS[profile.platform].verl_device
+    assert cfg.trainer.device == profile.platform.verl_device
     assert cfg.trainer.n_gpus_per_node == (profile.devices_per_node or 2)
     assert cfg.trainer.experiment_name == recipe.experiment_name(hw)
     assert list(cfg.trainer.logger) == ["console", "tensorboard"]
@@ -60,8 +60,32 @@ def test_composes_and_validates(plans: dict[tuple[str, str], plan.Plan], name: s
     assert argv[argv.index("--config-name") + 1] == recipe.config_name
     assert argv[argv.index("--config-path") + 1] == str(CONFIG_DIR)
     assert f"profile={hw}" in argv
-    for override in PLATFORMS[profile.platform].verl_overrides(recipe.phase):
+    for override in profile.platform.verl_overrides(recipe.phase):
         assert override in argv, override
+
+
+@pytest.mark.parametrize(("name", "hw"), ALL, ids=[f"{n}-{h}" for n, h in ALL])
+def test_compute_dtype_of_every_role(plans: dict[tuple[str, str], plan.Plan], name: str, hw: str) -> None:
+    """cpu: every role computes in fp32 (bf16 GEMMs crawl without AVX512-BF16/AMX); npu/cuda keep verl's bf16."""
+    cfg = plans[(name, hw)].cfg
+    assert cfg is not None
+    want = "fp32" if hw == "cpu" else "bf16"
+    torch_name = {"fp32": "float32", "bf16": "bfloat16"}[want]
+    if RECIPES[name].phase == "sft":
+        mp = cfg.model.fsdp_config.mixed_precision  # the kit's SFT patch (0013)
+        assert (mp.param_dtype, mp.reduce_dtype, mp.buffer_dtype) == (want, "fp32", "fp32")
+        assert cfg.model.fsdp_config.model_dtype == "fp32"
+    else:
+        arr = cfg.actor_rollout_ref
+        for role in ("actor", "ref"):
+            fsdp = arr[role].fsdp_config
+            # FSDP param dtype (verl's default bf16 when mixed_precision is absent) and the forward's autocast
+            assert (fsdp.get("mixed_precision") or {}).get("param_dtype", "bf16") == want, (role, fsdp)
+            assert fsdp.dtype == torch_name, (role, fsdp.dtype)
+            assert fsdp.model_dtype == "fp32", role
+        assert arr.rollout.dtype == torch_name
+    expected_row = f"{want} compute"
+    assert any(n == "dtype" and v.startswith(expected_row) for n, v in report.rows(plans[(name, hw)])), name
 
 
 def test_qwen3_4b_a3_is_the_reference_run(plans: dict[tuple[str, str], plan.Plan]) -> None:

@@ -10,7 +10,8 @@ import pytest
 from kit_testing import REPO_ROOT, kit_env
 
 from recipes.smoke import make_data
-from recipes.smoke.pipeline import Stage, render_table, sandbox_counters, step_metrics
+from recipes.smoke.pipeline import Stage, render_table, sandbox_counters
+from recipes.smoke.progress import step_metrics
 
 METRICS = """# HELP retool_sandbox_requests_total /run_code requests answered, by top-level status.
 # TYPE retool_sandbox_requests_total counter
@@ -55,6 +56,27 @@ def test_inputs_go_through_retool_prepare(tmp_path: Path) -> None:
     call = sft["messages"][1]["tool_calls"][0]["function"]
     assert call["name"] == "code_interpreter" and call["arguments"]["code"].startswith("print(")
     assert sft["messages"][3]["content"] == f"\\boxed{{{sft['messages'][2]['content']}}}"
+
+
+def test_sft_rows_fit_the_smoke_max_length(tmp_path: Path) -> None:
+    """verl's own multi-turn SFT dataset, as the smoke's SFT stage builds it: every row fits SFT_MAX_LENGTH unpadded
+    (the stage pads to it and runs with truncation=error, so a longer row would stop the smoke)."""
+    from kit_testing import tiny_model_dir
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
+
+    from recipes.retool.prepare import main as prepare
+    from recipes.smoke.pipeline import SFT_MAX_LENGTH
+
+    out = tmp_path / "sft.parquet"
+    assert prepare(["sft", "--input", str(make_data.DATA_DIR / "retool_sft.jsonl"), "--output", str(out)]) == 0
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir())
+    config = {"max_length": SFT_MAX_LENGTH, "truncation": "error", "multiturn": {"enable": True}}
+    dataset = MultiTurnSFTDataset(str(out), tokenizer, config=config)
+    lengths = [int(dataset[i]["attention_mask"].sum()) for i in range(len(dataset))]
+    assert max(lengths) <= SFT_MAX_LENGTH, max(lengths)
+    # and the bound is not loose: padding is work the trainer does on every step
+    assert SFT_MAX_LENGTH - max(lengths) < 32, (SFT_MAX_LENGTH, max(lengths))
 
 
 def test_sandbox_counters() -> None:

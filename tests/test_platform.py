@@ -1,4 +1,4 @@
-"""Tests for npu_kernels.device and npu_kernels.env_presets.
+"""Tests for npu_kernels.platform: platforms, hardware profiles, their environments and the CLI.
 
 No NPU exists here, so NPU behaviour is exercised with a stub ``torch_npu`` written to tmp_path and imported in a
 fresh interpreter (the real package registers ``torch.npu`` once per process, so in-process stubs would leak).
@@ -13,7 +13,6 @@ import re
 import subprocess
 import sys
 import textwrap
-from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import pytest
@@ -22,8 +21,19 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # importlib mode does not put the rootdir on sys.path
     sys.path.insert(0, str(REPO_ROOT))
 
-from npu_kernels import device  # noqa: E402
-from npu_kernels.env_presets import HARDWARE, PHASES, EnvVar, known_bad_combinations, preset, render_shell  # noqa: E402
+import npu_kernels.platform as plat  # noqa: E402
+from npu_kernels.platform import PHASES, PROFILE_NAMES, EnvVar, render_shell  # noqa: E402
+
+HARDWARE = PROFILE_NAMES
+
+
+def preset(phase: str, hw: str) -> list[EnvVar]:
+    return plat.get_profile(hw).env(phase)
+
+
+def known_bad_combinations(env: dict[str, str], phase: str, hw: str) -> list[str]:
+    return plat.get_profile(hw).env_problems(env, phase)
+
 
 # Variables that would change detection if the developer's shell happened to set them.
 _DETECTION_VARS = ("KIT_DEVICE", "ASCEND_RT_VISIBLE_DEVICES")
@@ -40,7 +50,7 @@ def _env(*extra_paths: Path, **extra: str) -> dict[str, str]:
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "npu_kernels.device", *args],
+        [sys.executable, "-m", "npu_kernels.platform", *args],
         env=env or _env(),
         capture_output=True,
         text=True,
@@ -103,23 +113,23 @@ def _expected_auto_platform() -> str:
 
 
 def test_detect_without_torch_npu(no_torch_npu: None) -> None:
-    assert device.detect().name == _expected_auto_platform()
-    assert not device.NPU.is_available()
-    assert device.import_torch_npu()[0] is None
+    assert plat.detect().name == _expected_auto_platform()
+    assert not plat.NPU.is_available()
+    assert plat.import_torch_npu()[0] is None
 
 
 def test_kit_device_override(no_torch_npu: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KIT_DEVICE", " CPU ")
-    assert device.detect() is device.CPU
+    assert plat.detect() is plat.CPU
     monkeypatch.setenv("KIT_DEVICE", "npu")
     with pytest.warns(RuntimeWarning, match="not available"):
-        assert device.detect() is device.NPU
+        assert plat.detect() is plat.NPU
 
 
 def test_kit_device_invalid(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KIT_DEVICE", "tpu")
     with pytest.raises(ValueError, match=r"npu, cuda, cpu") as info:
-        device.detect()
+        plat.detect()
     assert "tpu" in str(info.value)
     proc = _cli(env=_env(KIT_DEVICE="tpu"))
     assert proc.returncode == 2
@@ -132,9 +142,9 @@ def test_stub_torch_npu_16_devices(tmp_path: Path, register: bool) -> None:
     proc = _py(
         """
         import json, torch
-        from npu_kernels import device
-        p = device.detect()
-        print(json.dumps({"name": p.name, "count": p.device_count(), "hw": device.guess_hardware(p),
+        import npu_kernels.platform as plat
+        p = plat.detect()
+        print(json.dumps({"name": p.name, "count": p.device_count(), "hw": plat.profile_of(p),
                           "torch_npu_attr": hasattr(torch, "npu"), "module": p.torch_module().__name__}))
         """,
         _env(stub),
@@ -159,7 +169,7 @@ def test_stub_cli_reports_npu(tmp_path: Path) -> None:
 
 def test_stub_torch_npu_zero_devices_is_not_npu(tmp_path: Path) -> None:
     proc = _py(
-        "from npu_kernels import device; print(device.detect().name, device.NPU.is_available())",
+        "import npu_kernels.platform as plat; print(plat.detect().name, plat.NPU.is_available())",
         _env(_write_stub(tmp_path, devices=0)),
     )
     assert proc.returncode == 0, proc.stderr
@@ -189,23 +199,23 @@ def test_count_davinci_a3_not_undercounted(tmp_path: Path, no_torch_npu: None) -
     dev = _fake_dev(tmp_path / "dev")
     ray_style = len(glob.glob(str(dev / "davinci?")))  # Ray's fallback
     assert ray_style == 10
-    assert device.count_davinci(dev) == 16
-    assert device.NPU.device_count(dev_root=dev) == 16 > ray_style
-    assert device.guess_hardware(device.NPU, dev) == "a3"
-    assert device.count_davinci(tmp_path / "missing") == 0
+    assert plat.count_davinci(dev) == 16
+    assert plat.NPU.device_count(dev_root=dev) == 16 > ray_style
+    assert plat.profile_of(plat.NPU, dev) == "a3"
+    assert plat.count_davinci(tmp_path / "missing") == 0
 
 
 def test_visible_devices_mask_wins(tmp_path: Path, no_torch_npu: None, monkeypatch: pytest.MonkeyPatch) -> None:
     dev = _fake_dev(tmp_path / "dev")
     monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "0,1,2,3")
-    assert device.NPU.device_count(dev_root=dev) == 4
+    assert plat.NPU.device_count(dev_root=dev) == 4
     monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "")
-    assert device.NPU.device_count(dev_root=dev) == 0
+    assert plat.NPU.device_count(dev_root=dev) == 0
 
 
 def test_cpu_count() -> None:
-    assert device.CPU.device_count() == (os.cpu_count() or 1)
-    assert device.CPU.is_available()
+    assert plat.CPU.device_count() == (os.cpu_count() or 1)
+    assert plat.CPU.is_available()
 
 
 # --- platform data and overrides ---------------------------------------------------------------------------------
@@ -214,12 +224,12 @@ def test_cpu_count() -> None:
 @pytest.mark.parametrize(
     ("platform", "expected"),
     [
-        (device.NPU, ("npu", "hccl", "ASCEND_RT_VISIBLE_DEVICES", "NPU", "flash_attention_2", False)),
-        (device.CUDA, ("cuda", "nccl", "CUDA_VISIBLE_DEVICES", "GPU", "flash_attention_2", True)),
-        (device.CPU, ("cpu", "gloo", None, "CPU", "sdpa", False)),
+        (plat.NPU, ("npu", "hccl", "ASCEND_RT_VISIBLE_DEVICES", "NPU", "flash_attention_2", False)),
+        (plat.CUDA, ("cuda", "nccl", "CUDA_VISIBLE_DEVICES", "GPU", "flash_attention_2", True)),
+        (plat.CPU, ("cpu", "gloo", None, "CPU", "sdpa", False)),
     ],
 )
-def test_platform_properties(platform: device.Platform, expected: tuple) -> None:
+def test_platform_properties(platform: plat.Platform, expected: tuple) -> None:
     got = (
         platform.verl_device,
         platform.dist_backend,
@@ -229,19 +239,19 @@ def test_platform_properties(platform: device.Platform, expected: tuple) -> None
         platform.use_torch_compile,
     )
     assert got == expected
-    assert device.PLATFORMS[platform.name] is platform
-    with pytest.raises(FrozenInstanceError):
-        platform.name = "other"  # type: ignore[misc]
+    assert plat.PLATFORMS[platform.name] is platform
+    with pytest.raises(TypeError, match="abstract"):
+        plat.Platform()  # type: ignore[abstract]
 
 
 def test_cpu_torch_module() -> None:
     import torch
 
-    assert device.CPU.torch_module() is torch.cpu
+    assert plat.CPU.torch_module() is torch.cpu
 
 
 def test_rl_overrides_cpu() -> None:
-    overrides = device.CPU.verl_overrides("rl")
+    overrides = plat.CPU.verl_overrides("rl")
     assert overrides[0] == "trainer.device=cpu"
     for expected in (
         "actor_rollout_ref.actor.strategy=fsdp2",
@@ -255,18 +265,41 @@ def test_rl_overrides_cpu() -> None:
 
 
 def test_sft_overrides_cpu_use_sft_keys() -> None:
-    overrides = device.CPU.verl_overrides("sft")
-    assert overrides == ["trainer.device=cpu", "model.strategy=fsdp2", "model.attn_implementation=sdpa"]
+    overrides = plat.CPU.verl_overrides("sft")
+    assert overrides == [
+        "trainer.device=cpu",
+        "model.strategy=fsdp2",
+        "model.attn_implementation=sdpa",
+        "model.fsdp_config.mixed_precision.param_dtype=fp32",
+        "model.fsdp_config.mixed_precision.reduce_dtype=fp32",
+        "model.fsdp_config.mixed_precision.buffer_dtype=fp32",
+    ]
     assert not any(o.startswith("actor_rollout_ref") for o in overrides)
 
 
+def test_cpu_computes_in_fp32_accelerators_in_bf16() -> None:
+    assert plat.CPU.compute_dtype == "fp32"
+    assert plat.NPU.compute_dtype == plat.CUDA.compute_dtype == plat.VERL_DEFAULT_DTYPE == "bf16"
+    rl = plat.CPU.dtype_overrides("rl")
+    for role in ("actor", "ref"):
+        assert f"actor_rollout_ref.{role}.fsdp_config.dtype=float32" in rl
+        for field in ("param_dtype", "reduce_dtype", "buffer_dtype"):
+            assert f"++actor_rollout_ref.{role}.fsdp_config.mixed_precision.{field}=fp32" in rl
+    assert "actor_rollout_ref.rollout.dtype=float32" in rl
+    # accelerators keep verl's bf16 defaults: no dtype override at all
+    for platform in (plat.NPU, plat.CUDA):
+        for phase in PHASES:
+            assert platform.dtype_overrides(phase) == []
+            assert not any("dtype" in o for o in platform.verl_overrides(phase))
+
+
 def test_npu_overrides() -> None:
-    rl = device.NPU.verl_overrides("rl")
+    rl = plat.NPU.verl_overrides("rl")
     assert "trainer.device=npu" in rl and "actor_rollout_ref.actor.use_torch_compile=False" in rl
     assert not any("sdpa" in o or "num_cpus" in o or "strategy" in o for o in rl)
-    assert device.NPU.verl_overrides("sft") == ["trainer.device=npu"]
+    assert plat.NPU.verl_overrides("sft") == ["trainer.device=npu"]
     with pytest.raises(ValueError, match="sft, rl"):
-        device.NPU.verl_overrides("ppo")
+        plat.NPU.verl_overrides("ppo")
 
 
 @pytest.mark.parametrize("phase", PHASES)
@@ -274,25 +307,24 @@ def test_npu_overrides() -> None:
 def test_overrides_cli(phase: str, hw: str) -> None:
     proc = _cli("overrides", "--phase", phase, "--hw", hw)
     assert proc.returncode == 0, proc.stderr
-    platform = device.PLATFORMS[device.PROFILES[hw].platform]
-    assert proc.stdout.splitlines() == platform.verl_overrides(phase)
+    assert proc.stdout.splitlines() == plat.PROFILES[hw].platform.verl_overrides(phase)
 
 
 def test_hardware_profiles() -> None:
-    profiles = device.PROFILES
+    profiles = plat.PROFILES
     assert set(profiles) == set(HARDWARE)
-    assert (profiles["a2"].platform, profiles["a2"].devices_per_node, profiles["a2"].memory_gb_per_device) == (
+    assert (profiles["a2"].platform.name, profiles["a2"].devices_per_node, profiles["a2"].memory_gb_per_device) == (
         "npu",
         8,
         64,
     )
-    assert (profiles["a3"].platform, profiles["a3"].devices_per_node, profiles["a3"].memory_gb_per_device) == (
+    assert (profiles["a3"].platform.name, profiles["a3"].devices_per_node, profiles["a3"].memory_gb_per_device) == (
         "npu",
         16,
         64,
     )
     assert (profiles["cuda"].devices_per_node, profiles["cuda"].memory_gb_per_device) == (8, 80)
-    assert profiles["cpu"].platform == "cpu"
+    assert profiles["cpu"].platform is plat.CPU and profiles["a2"].platform is profiles["a3"].platform is plat.NPU
 
 
 # --- environment presets -----------------------------------------------------------------------------------------
@@ -335,6 +367,8 @@ def test_preset_rejects_unknown() -> None:
         preset("rl", "a4")
     with pytest.raises(ValueError, match="sft, rl"):
         preset("train", "a2")
+    with pytest.raises(ValueError, match="sft, rl"):
+        plat.NPU.env_problems({}, "train")
 
 
 def test_known_bad_combinations() -> None:
@@ -342,7 +376,9 @@ def test_known_bad_combinations() -> None:
     assert known_bad_combinations({**good, "VLLM_ASCEND_ENABLE_NZ": "1"}, "rl", "a3")[0].startswith(
         "VLLM_ASCEND_ENABLE_NZ"
     )
-    assert any("unset" in p for p in known_bad_combinations({k: v for k, v in good.items() if "NZ" not in k}, "rl"))
+    assert any(
+        "unset" in p for p in known_bad_combinations({k: v for k, v in good.items() if "NZ" not in k}, "rl", "a3")
+    )
     bad_alloc = {**good, "PYTORCH_NPU_ALLOC_CONF": "max_split_size_mb:256,expandable_segments:True"}
     assert len(known_bad_combinations(bad_alloc, "rl", "a3")) == 1
     assert known_bad_combinations({"PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True"}, "sft", "a3") == []
@@ -368,12 +404,13 @@ def test_env_cli_sources_in_bash(tmp_path: Path, phase: str, hw: str) -> None:
     syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert syntax.returncode == 0, syntax.stderr
 
-    entries = preset(phase, hw)
     env = _env()
-    for entry in entries:  # leftovers from the user's shell: unset entries must really go away
+    for entry in preset(phase, hw):  # leftovers from the user's shell: unset entries must really go away
         env[entry.name] = "stale" if entry.value is None else "wrong"
+    # what the kit recommends for that shell (an existing LD_PRELOAD is kept after the CPU allocator, say)
+    entries = plat.get_profile(hw).env(phase, env)
     dump = f"{sys.executable} -c 'import json, os; print(json.dumps(dict(os.environ)))'"
-    cmd = f"{sys.executable} -m npu_kernels.device env --phase {phase} --hw {hw}"
+    cmd = f"{sys.executable} -m npu_kernels.platform env --phase {phase} --hw {hw}"
     sourced = _bash(f"set -e; source <({cmd}); {dump}", env)
     assert sourced.returncode == 0, sourced.stderr
     got = json.loads(sourced.stdout)
@@ -429,3 +466,153 @@ def test_cli_rejects_bad_phase() -> None:
     proc = _cli("env", "--phase", "ppo", "--hw", "a2")
     assert proc.returncode == 2
     assert "invalid choice" in proc.stderr
+
+
+def test_old_cli_name_still_works() -> None:
+    """`python -m npu_kernels.device ...` is what earlier docs and users' scripts type: it forwards to the CLI."""
+    old = subprocess.run(
+        [sys.executable, "-m", "npu_kernels.device", "env", "--phase", "rl", "--hw", "a3"],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+    )
+    assert old.returncode == 0, old.stderr
+    assert old.stdout == _cli("env", "--phase", "rl", "--hw", "a3").stdout
+
+
+# --- the one default profile ---------------------------------------------------------------------------------------
+
+
+def test_default_hardware(no_torch_npu: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("KIT_HW", raising=False)
+    assert plat.default_hardware(platform=plat.CPU) == "cpu"
+    # a dry run on a machine without NPU or GPU plans the reference run
+    assert plat.default_hardware(platform=plat.CPU, planning=True) == plat.REFERENCE_PROFILE == "a3"
+    assert plat.default_hardware(platform=plat.CUDA) == plat.default_hardware(platform=plat.CUDA, planning=True)
+    assert plat.default_hardware(platform=plat.CUDA) == "cuda"
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    for i in range(8):
+        (dev / f"davinci{i}").touch()
+    assert plat.default_hardware(platform=plat.NPU, dev_root=dev, planning=True) == "a2"
+    monkeypatch.setenv("KIT_HW", "a2")
+    assert plat.default_hardware(platform=plat.CPU, planning=True) == "a2"
+    monkeypatch.setenv("KIT_HW", "a9")
+    with pytest.raises(ValueError, match="a2, a3, cuda, cpu"):
+        plat.default_hardware(platform=plat.CPU)
+
+
+def test_default_hardware_cli(tmp_path: Path) -> None:
+    assert _cli("default-hardware").stdout.strip() == _expected_auto_platform()
+    assert _cli("default-hardware", env=_env(KIT_HW="a2")).stdout.strip() == "a2"
+    stub = _cli("default-hardware", env=_env(_write_stub(tmp_path, devices=16)))
+    assert stub.stdout.strip() == "a3", stub.stderr  # the stub's SoC is an Ascend910_93 (A3)
+    bad = _cli("default-hardware", env=_env(KIT_HW="a9"))
+    assert bad.returncode == 2 and "a9" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# --- facts shell scripts ask for -----------------------------------------------------------------------------------
+
+
+def _fake_ascend(root: Path, *scripts: str) -> Path:
+    for script in scripts:
+        path = root / script
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("export KIT_TEST_SOURCED=${KIT_TEST_SOURCED:-}:" + script + "\n")
+    return root
+
+
+def test_setup_scripts(tmp_path: Path) -> None:
+    root = _fake_ascend(tmp_path / "Ascend", "ascend-toolkit/set_env.sh", "nnal/atb/set_env.sh")
+    proc = _cli("setup-scripts", env=_env(KIT_ASCEND_ROOT=str(root)))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [str(root / "ascend-toolkit/set_env.sh"), str(root / "nnal/atb/set_env.sh")]
+    # nothing installed: nothing to source, not an error unless required for an NPU profile
+    empty = _env(KIT_ASCEND_ROOT=str(tmp_path / "none"))
+    assert _cli("setup-scripts", env=empty).stdout == ""
+    assert _cli("setup-scripts", "--hw", "cuda", "--required", env=empty).returncode == 0
+    required = _cli("setup-scripts", "--hw", "a3", "--required", env=empty)
+    assert required.returncode == 1
+    assert "ascend-toolkit/set_env.sh not found" in required.stderr and "KIT_ASCEND_ROOT" in required.stderr
+
+
+def test_shell_helper_sources_the_setup_scripts(tmp_path: Path) -> None:
+    """scripts/lib/platform_env.sh: the one place shell entry points source CANN/ATB, with `set -u` restored."""
+    root = _fake_ascend(tmp_path / "Ascend", "ascend-toolkit/set_env.sh", "nnal/atb/set_env.sh")
+    script = (
+        f"set -euo pipefail; KIT_ROOT={REPO_ROOT}; source {REPO_ROOT}/scripts/lib/kit_python.sh; "
+        f"source {REPO_ROOT}/scripts/lib/platform_env.sh; kit_source_setup_scripts; "
+        'echo "$KIT_TEST_SOURCED"; [[ $- == *u* ]] && echo "nounset kept"'
+    )
+    proc = _bash(script, _env(KIT_ASCEND_ROOT=str(root), KIT_PYTHON=sys.executable))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [":ascend-toolkit/set_env.sh:nnal/atb/set_env.sh", "nounset kept"]
+    missing = f"set -euo pipefail; KIT_ROOT={REPO_ROOT}; source {REPO_ROOT}/scripts/lib/kit_python.sh; "
+    missing += f"source {REPO_ROOT}/scripts/lib/platform_env.sh; kit_source_setup_scripts --hw a2 --required; echo no"
+    proc = _bash(missing, _env(KIT_ASCEND_ROOT=str(tmp_path / "none"), KIT_PYTHON=sys.executable))
+    assert proc.returncode != 0 and "no" not in proc.stdout.split()
+    assert "set_env.sh not found" in proc.stderr
+
+
+def test_facts() -> None:
+    proc = _cli("facts", "--hw", "a3", "--json")
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert facts["platform"] == "npu" and facts["devices_per_node"] == 16 and facts["ray_resource"] == "NPU"
+    assert facts["dockerfile"] == "docker/Dockerfile.npu"
+    from npu_kernels import pins
+
+    assert facts["base_image"] == f"{pins.get('VLLM_ASCEND_IMAGE')}:{pins.get('VLLM_ASCEND_TAG_A3')}"
+    assert facts["image"] == f"retool-npu-kit:{pins.get('VLLM_ASCEND_TAG_A3')}"
+    assert facts["socket_ifname_vars"].split() == ["HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"]
+    cuda = json.loads(_cli("facts", "--hw", "cuda", "--json").stdout)
+    assert cuda["image"] == f"retool-npu-kit:cuda-{pins.get('VLLM_CUDA_TAG')}"
+    assert "NCCL_SOCKET_IFNAME" in cuda["socket_ifname_vars"]
+    cpu = json.loads(_cli("facts", "--hw", "cpu", "--json").stdout)
+    assert cpu["devices_per_node"] is None and "image" not in cpu
+
+
+def test_ray_start_args_and_kernel_backends() -> None:
+    assert plat.NPU.ray_start_args(16) == ['--resources={"NPU":16}']
+    assert plat.CUDA.ray_start_args(8) == ["--num-gpus=8"]
+    assert plat.CPU.ray_start_args(0) == ["--num-cpus=4"]
+    assert plat.NPU.kernel_backends[0] == "npu" and plat.CUDA.kernel_backends[0] == "liger"
+    assert all(p.kernel_backends[-1] == "reference" for p in plat.PLATFORMS.values())
+
+
+def test_cpu_allocator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tcmalloc is preloaded in the CPU runs when installed; KIT_CPU_TCMALLOC=0 or its absence keeps glibc."""
+    lib = tmp_path / "libtcmalloc_minimal.so.4"
+    lib.write_bytes(b"")
+    monkeypatch.setattr("npu_kernels.platform.cpu.TCMALLOC_CANDIDATES", (str(tmp_path / "missing.so"), str(lib)))
+
+    def preload(environ: dict[str, str]) -> str | None:
+        return {e.name: e.value for e in plat.CPU.env("sft", environ)}.get("LD_PRELOAD")
+
+    assert preload({}) == str(lib)
+    assert preload({"LD_PRELOAD": "/opt/other.so"}) == f"{lib}:/opt/other.so"  # kept, after tcmalloc
+    assert preload({"LD_PRELOAD": str(lib)}) == str(lib)  # not twice
+    assert preload({"KIT_CPU_TCMALLOC": "0"}) is None
+    monkeypatch.setattr("npu_kernels.platform.cpu.TCMALLOC_CANDIDATES", (str(tmp_path / "missing.so"),))
+    assert preload({}) is None
+    # accelerators never get it
+    assert all(e.name != "LD_PRELOAD" for hw in ("a2", "a3", "cuda") for e in preset("sft", hw))
+
+
+def test_nothing_outside_the_package_branches_on_platform_or_profile_names() -> None:
+    """The issue's rule, checked on the source: no comparison against a platform or profile name outside it."""
+    pattern = re.compile(r"""(==|!=|\bin\b)\s*\(?\s*["'](npu|cuda|cpu|a2|a3)["']|["'](npu|cuda|a2|a3)["']\s*(==|!=)""")
+    offenders = []
+    for path in [
+        *REPO_ROOT.glob("npu_kernels/**/*.py"),
+        *REPO_ROOT.glob("recipes/**/*.py"),
+        *REPO_ROOT.glob("sandbox/**/*.py"),
+    ]:
+        if "platform" in path.parts:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if pattern.search(line):
+                offenders.append(f"{path.relative_to(REPO_ROOT)}:{number}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)

@@ -1,0 +1,74 @@
+"""The kit's only knowledge of npu / cuda / cpu differences: platforms, hardware profiles, their environments.
+
+* :mod:`~npu_kernels.platform.base`: the :class:`Platform` interface (verl device, torch module, dist backend,
+  visible-devices variable, Ray resource and start args, attention, compute dtype, setup scripts, socket-interface
+  variables, kernel backends, pinned stack, environment per phase);
+* :mod:`~npu_kernels.platform.npu`, :mod:`~.cuda`, :mod:`~.cpu`: one subclass each;
+* :mod:`~npu_kernels.platform.profiles`: :class:`HardwareProfile` (a2, a3, cuda, cpu), the registries,
+  :func:`detect` / :func:`current_platform` and :func:`default_hardware`, the one default every entry point uses;
+* :mod:`~npu_kernels.platform.env`: environment entries as data (:class:`EnvVar`);
+* ``python -m npu_kernels.platform``: the CLI shell scripts ask for facts (:mod:`~npu_kernels.platform.cli`).
+
+Nothing outside this package branches on a platform or hardware-profile name. Importing it costs no torch.
+"""
+
+from npu_kernels.platform.base import (
+    VERL_DEFAULT_ATTN,
+    VERL_DEFAULT_DTYPE,
+    PinnedPackage,
+    Platform,
+    dtype_overrides,
+)
+from npu_kernels.platform.cpu import TCMALLOC_SWITCH, find_tcmalloc
+from npu_kernels.platform.env import PHASES, EnvVar, applied, render_shell
+from npu_kernels.platform.npu import count_davinci, import_torch_npu
+from npu_kernels.platform.profiles import (
+    CPU,
+    CUDA,
+    NPU,
+    PLATFORM_OVERRIDE_ENV,
+    PLATFORMS,
+    PROFILE_ENV,
+    PROFILE_NAMES,
+    PROFILES,
+    REFERENCE_PROFILE,
+    HardwareProfile,
+    Image,
+    current_platform,
+    default_hardware,
+    detect,
+    get_profile,
+    profile_of,
+)
+
+__all__ = [
+    "CPU",
+    "CUDA",
+    "NPU",
+    "PHASES",
+    "PLATFORMS",
+    "PLATFORM_OVERRIDE_ENV",
+    "PROFILES",
+    "PROFILE_ENV",
+    "PROFILE_NAMES",
+    "REFERENCE_PROFILE",
+    "TCMALLOC_SWITCH",
+    "VERL_DEFAULT_ATTN",
+    "VERL_DEFAULT_DTYPE",
+    "EnvVar",
+    "HardwareProfile",
+    "Image",
+    "PinnedPackage",
+    "Platform",
+    "applied",
+    "count_davinci",
+    "current_platform",
+    "default_hardware",
+    "detect",
+    "dtype_overrides",
+    "find_tcmalloc",
+    "get_profile",
+    "import_torch_npu",
+    "profile_of",
+    "render_shell",
+]

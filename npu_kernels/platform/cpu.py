@@ -1,0 +1,115 @@
+"""Plain CPU: CI, laptops and the smoke run. Ranks are processes, not devices; every role computes in fp32.
+
+Why fp32: PyTorch's CPU bf16 GEMM without AVX512-BF16/AMX falls back to a slow reference path (one smoke SFT
+micro-batch: 3.4 s fp32 vs 39 s bf16 on a 2-core AVX2 EPYC; ``scripts/bench_cpu_step.py`` measures both trainers).
+Why an allocator: the 151,936-row vocabulary makes a logits tensor of hundreds of MB per micro-batch, which glibc
+returns to the kernel when freed, so every step page-faults it back in.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+from npu_kernels.platform.base import HYDRA_FULL_ERROR, TOKENIZERS_PARALLELISM, PinnedPackage, Platform
+from npu_kernels.platform.env import BOTH, SFT, EnvTable, EnvVar, select
+
+#: Ray's CPU count is only a scheduling label: on CPU the FSDP workers, the TaskRunner and each agent-loop worker all
+#: ask for one CPU, so a 2-core box must advertise more than it has or the job waits forever.
+CPU_RAY_NUM_CPUS = 4
+
+#: Where Debian/Ubuntu (libtcmalloc-minimal4) and RHEL-likes (gperftools-libs) put tcmalloc.
+TCMALLOC_CANDIDATES: tuple[str, ...] = (
+    "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4",
+    "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4",
+    "/usr/lib64/libtcmalloc_minimal.so.4",
+    "/usr/lib/libtcmalloc_minimal.so.4",
+)
+#: Set to 0 to keep glibc's allocator in the CPU runs (to compare, or if tcmalloc misbehaves somewhere).
+TCMALLOC_SWITCH = "KIT_CPU_TCMALLOC"
+
+
+def find_tcmalloc(candidates: Iterable[str] | None = None) -> str | None:
+    """The first tcmalloc library present, or None (the venv setup installs it where it can: root with apt)."""
+    return next((path for path in candidates or TCMALLOC_CANDIDATES if os.path.isfile(path)), None)
+
+
+#: The process environment per phase (npu_kernels.platform.env), in the order it is rendered.
+ENV_TABLE: EnvTable = (
+    (BOTH, HYDRA_FULL_ERROR),
+    (
+        BOTH,
+        EnvVar(
+            "TORCH_DEVICE_BACKEND_AUTOLOAD",
+            "0",
+            "never auto-import a torch_npu that happens to be installed: without CANN it breaks `import torch`",
+        ),
+    ),
+    (
+        BOTH,
+        EnvVar(
+            "OMP_NUM_THREADS",
+            "1",
+            "every rank is its own process (torchrun/Ray); more threads per rank oversubscribe the cores",
+        ),
+    ),
+    (BOTH, EnvVar("TORCHDYNAMO_DISABLE", "1", "inductor costs ~35 s on the first step on CPU for no gain")),
+    (
+        BOTH,
+        EnvVar(
+            "THP_MEM_ALLOC_ENABLE",
+            "1",
+            "PyTorch's CPU allocator puts tensors >= 2 MB on huge pages: far fewer page faults on the 151,936-row "
+            "logits (scripts/bench_cpu_step.py, variant fp32-glibc-no-thp)",
+        ),
+    ),
+    (SFT, TOKENIZERS_PARALLELISM),
+)
+
+
+class CpuPlatform(Platform):
+    name = "cpu"
+    verl_device = "cpu"
+    torch_module_name = "cpu"
+    dist_backend = "gloo"
+    visible_devices_env = None
+    ray_resource = "CPU"
+    attn_implementation = "sdpa"
+    # Inductor costs ~35 s on the first step on CPU, more than a whole smoke run's training.
+    use_torch_compile = False
+    fsdp_strategy = "fsdp2"
+    ray_num_cpus = CPU_RAY_NUM_CPUS
+    compute_dtype = "fp32"
+    pinned_stack = (PinnedPackage("torch", "CPU_TORCH_VERSION", "venv"),)
+    env_table = ENV_TABLE
+
+    def is_available(self) -> bool:
+        return True
+
+    def device_count(self, dev_root: str | os.PathLike[str] = "/dev") -> int:
+        return os.cpu_count() or 1
+
+    def ray_start_args(self, count: int) -> list[str]:
+        return [f"--num-cpus={self.ray_num_cpus}"]
+
+    def env(self, phase: str, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
+        """The table, then this machine's allocator (:meth:`allocator`): the result can differ between machines."""
+        return select(self.env_table, phase) + self.allocator(os.environ if environ is None else environ)
+
+    @staticmethod
+    def allocator(environ: Mapping[str, str]) -> list[EnvVar]:
+        """LD_PRELOAD of tcmalloc for the CPU runs, when installed and not switched off (``KIT_CPU_TCMALLOC=0``).
+
+        Adopted because scripts/bench_cpu_step.py measured it above the kit's 15% bar on top of huge pages (see the
+        reason string); an existing LD_PRELOAD is kept after it.
+        """
+        if environ.get(TCMALLOC_SWITCH, "1").strip() == "0":
+            return []
+        library = find_tcmalloc()
+        if library is None:
+            return []
+        existing = [item for item in re.split(r"[:\s]+", environ.get("LD_PRELOAD", "")) if item and item != library]
+        reason = "tcmalloc keeps freed logits buffers instead of page-faulting them back: SFT step -26%, GRPO -29% "
+        reason += f"(scripts/bench_cpu_step.py; {TCMALLOC_SWITCH}=0 turns it off)"
+        return [EnvVar("LD_PRELOAD", ":".join([library, *existing]), reason)]

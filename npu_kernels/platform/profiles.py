@@ -1,0 +1,181 @@
+"""Hardware profiles (a2, a3, cuda, cpu): a platform plus the node's shape, memory per device and image.
+
+Two ideas, named once: the *platform* is what the code runs on (npu, cuda, cpu: :mod:`npu_kernels.platform.base`);
+a *hardware profile* is a platform plus node shape and recipe scaling (the recipes' ``scaling/<recipe>/<profile>.yaml``
+and the launcher's ``--profile``/``--hw``). A2 and A3 are one platform, two profiles.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from npu_kernels import pins
+from npu_kernels.platform.base import Platform
+from npu_kernels.platform.cpu import CpuPlatform
+from npu_kernels.platform.cuda import CudaPlatform
+from npu_kernels.platform.env import EnvVar
+from npu_kernels.platform.npu import NpuPlatform, count_davinci, soc_name
+
+#: Forces a platform (npu|cuda|cpu), e.g. to dry-run NPU launch commands on a laptop, or to keep a GPU box on CPU.
+PLATFORM_OVERRIDE_ENV = "KIT_DEVICE"
+#: The hardware profile every entry point uses when none is given on its command line.
+PROFILE_ENV = "KIT_HW"
+
+NPU = NpuPlatform()
+CUDA = CudaPlatform()
+CPU = CpuPlatform()
+#: The registry: platform name -> the platform.
+PLATFORMS: dict[str, Platform] = {p.name: p for p in (NPU, CUDA, CPU)}
+
+
+@dataclass(frozen=True)
+class Image:
+    """The kit image of a profile: its Dockerfile and the pins.env keys of its base image."""
+
+    dockerfile: str
+    base_repo_key: str
+    base_tag_key: str
+    #: Prefix of the default kit image tag before the base tag (``retool-npu-kit:<prefix><base tag>``).
+    tag_prefix: str = ""
+
+    @property
+    def base(self) -> str:
+        return f"{pins.get(self.base_repo_key)}:{pins.get(self.base_tag_key)}"
+
+    @property
+    def kit_tag(self) -> str:
+        return f"retool-npu-kit:{self.tag_prefix}{pins.get(self.base_tag_key)}"
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """A machine type as data: its platform, how many devices per node, how much memory each, its image."""
+
+    name: str
+    platform: Platform
+    devices_per_node: int | None
+    memory_gb_per_device: int | None
+    note: str
+    image: Image | None = None
+
+    def env(self, phase: str, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
+        """The process environment for ``phase`` on this profile (the platform's; A2 and A3 share one table)."""
+        return self.platform.env(phase, environ)
+
+    def env_problems(self, env: Mapping[str, str], phase: str) -> list[str]:
+        return self.platform.env_problems(env, phase)
+
+    def verl_overrides(self, phase: str) -> list[str]:
+        """The platform's overrides plus the node shape (``trainer.n_gpus_per_node``) where the profile has one."""
+        out = self.platform.verl_overrides(phase)
+        if self.devices_per_node:
+            out.append(f"trainer.n_gpus_per_node={self.devices_per_node}")
+        return out
+
+    def env_command(self, phase: str) -> str:
+        """The command line that prints this profile's environment (for tables and fix hints)."""
+        return f"python -m npu_kernels.platform env --phase {phase} --hw {self.name}"
+
+
+_NPU_IMAGE_A2 = Image("docker/Dockerfile.npu", "VLLM_ASCEND_IMAGE", "VLLM_ASCEND_TAG_A2")
+_NPU_IMAGE_A3 = Image("docker/Dockerfile.npu", "VLLM_ASCEND_IMAGE", "VLLM_ASCEND_TAG_A3")
+_CUDA_IMAGE = Image("docker/Dockerfile.cuda", "VLLM_CUDA_IMAGE", "VLLM_CUDA_TAG", tag_prefix="cuda-")
+
+PROFILES: dict[str, HardwareProfile] = {
+    "a2": HardwareProfile("a2", NPU, 8, 64, "Atlas A2 (910B): 8 NPUs per node", _NPU_IMAGE_A2),
+    "a3": HardwareProfile("a3", NPU, 16, 64, "Atlas A3: 8 chips x 2 dies = 16 logical NPUs per node", _NPU_IMAGE_A3),
+    "cuda": HardwareProfile("cuda", CUDA, 8, 80, "8 x 80 GB GPUs (A100/H100 class)", _CUDA_IMAGE),
+    "cpu": HardwareProfile("cpu", CPU, None, None, "plain CPU: smoke tests; ranks are processes, not devices"),
+}
+PROFILE_NAMES: tuple[str, ...] = tuple(PROFILES)
+
+
+def get_profile(name: str) -> HardwareProfile:
+    """A profile by name, with an error that lists the choices."""
+    if name not in PROFILES:
+        raise ValueError(f"unknown hardware profile {name!r}; choose one of {', '.join(PROFILES)}")
+    return PROFILES[name]
+
+
+def detect(environ: Mapping[str, str] | None = None) -> Platform:
+    """The platform this process should use: KIT_DEVICE if set, else npu, then cuda, then cpu.
+
+    NPU is probed before CUDA because an Ascend image may carry a CUDA-enabled torch build that reports no GPU, while
+    the reverse (torch_npu on a GPU box) does not happen in practice.
+    """
+    environ = os.environ if environ is None else environ
+    forced = environ.get(PLATFORM_OVERRIDE_ENV, "").strip().lower()
+    if forced:
+        if forced not in PLATFORMS:
+            raise ValueError(
+                f"{PLATFORM_OVERRIDE_ENV}={environ[PLATFORM_OVERRIDE_ENV]!r} is not a platform; "
+                f"allowed: {', '.join(PLATFORMS)}"
+            )
+        platform = PLATFORMS[forced]
+        if not platform.is_available():
+            warnings.warn(
+                f"{PLATFORM_OVERRIDE_ENV}={forced} forces a platform that is not available here; commands will be "
+                "generated for it, but running them on this machine will fail",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        return platform
+    for platform in (NPU, CUDA):
+        if platform.is_available():
+            return platform
+    return CPU
+
+
+@functools.cache
+def current_platform() -> Platform:
+    """Cached :func:`detect`, like vLLM's ``current_platform``: probing torch_npu and CUDA is not free."""
+    return detect()
+
+
+def profile_of(platform: Platform, dev_root: str | os.PathLike[str] = "/dev") -> str:
+    """The profile a machine of ``platform`` most likely is.
+
+    For NPU the SoC name decides (Ascend910B* = A2, Ascend910_93* = A3); without it, more NPU device nodes than an
+    A2 node has means A3.
+    """
+    if platform is not NPU:
+        return platform.name
+    soc = soc_name()
+    if soc.startswith("Ascend910_93"):
+        return "a3"
+    if soc.startswith("Ascend910B"):
+        return "a2"
+    return "a3" if count_davinci(dev_root) > (PROFILES["a2"].devices_per_node or 0) else "a2"
+
+
+#: The profile the recipes' reference runs were made on (Ascend sample and verl's scripts, scaled to one A3 node).
+REFERENCE_PROFILE = "a3"
+
+
+def default_hardware(
+    environ: Mapping[str, str] | None = None,
+    dev_root: str | os.PathLike[str] = "/dev",
+    platform: Platform | None = None,
+    *,
+    planning: bool = False,
+) -> str:
+    """The hardware profile of every entry point that was not given one.
+
+    One rule everywhere (launcher, Ray wrapper, hand-off, doctor, images, ``env``): ``KIT_HW`` if set; else this
+    machine's profile (:func:`profile_of`: a2 or a3 by SoC, cuda, cpu). The one refinement is ``planning``: a dry run
+    on a machine without NPU or GPU plans the reference profile (a3) rather than the CPU smoke, because planning a
+    cluster run from a laptop is what a dry run there is for; pass ``--hw cpu`` for the smoke's plan.
+    """
+    environ = os.environ if environ is None else environ
+    chosen = environ.get(PROFILE_ENV, "").strip()
+    if chosen:
+        get_profile(chosen)
+        return chosen
+    platform = platform or current_platform()
+    if planning and platform is CPU:
+        return REFERENCE_PROFILE
+    return profile_of(platform, dev_root)
