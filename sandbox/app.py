@@ -28,7 +28,7 @@ from sandbox.api_models import (
     run_code_response,
 )
 from sandbox.executor import Executor, Overloaded
-from sandbox.isolation import IsolationPlan, plan_isolation
+from sandbox.isolation import FS_HOST, FS_LANDLOCK, FS_MOUNTS, IsolationPlan, plan_isolation
 from sandbox.metrics import Metrics
 from sandbox.settings import SandboxSettings
 from sandbox.worker_client import Job
@@ -63,28 +63,46 @@ def _describe_validation_error(exc: ValidationError) -> str:
 class SandboxService:
     """State shared by the routes: settings, isolation decision, executor, metrics."""
 
-    def __init__(self, settings: SandboxSettings) -> None:
+    def __init__(self, settings: SandboxSettings, plan: IsolationPlan | None = None) -> None:
         self.settings = settings
         self.metrics = Metrics()
-        self.plan: IsolationPlan | None = None
+        self.plan: IsolationPlan | None = plan
         self.executor: Executor | None = None
 
     async def start(self) -> None:
-        self.plan = plan_isolation(self.settings)
+        if self.plan is None:
+            self.plan = plan_isolation(self.settings)
         self.executor = Executor(self.settings, self.plan, self.metrics)
         await self.executor.start()
-        log.warning(
-            "retool-sandbox ready: isolation=%s (%s), privilege=%s, network_isolated=%s, workers=%d, %s",
+        labels = self.isolation_labels()
+        # INFO, and only now: the CLI binds the port before the app starts, so "ready" is true when it is logged.
+        log.info(
+            "retool-sandbox ready: isolation=%s (%s), privilege=%s, network_isolated=%s, filesystem=%s, "
+            "workers=%d, max_queue=%d, %s",
             self.plan.mode,
             self.plan.reason,
-            self.isolation_labels()["privilege"],
-            self.isolation_labels()["network_isolated"],
+            labels["privilege"],
+            labels["network_isolated"],
+            labels["filesystem"],
             self.settings.workers,
+            self.settings.max_queue,
             "cold (fresh interpreter per request)" if self.settings.cold else "warm fork-server",
         )
         note = self.executor.worker_info.get("privilege_note")
         if note:
             log.warning("retool-sandbox: %s", note)
+        if labels["filesystem"] == "host":
+            log.warning(
+                "retool-sandbox: no filesystem allowlist (%s): request code can read every file its uid can read",
+                self.plan.filesystem_reason or "bwrap and Landlock unavailable",
+            )
+        missing = [m for m in self.plan.allowlist.importable if m not in self.executor.worker_info.get("preloaded", [])]
+        if missing and not self.settings.cold:
+            log.warning(
+                "retool-sandbox: importable on the host but not inside the sandbox: %s (add their location with "
+                "--allow-path)",
+                ", ".join(missing),
+            )
 
     async def stop(self) -> None:
         if self.executor is not None:
@@ -97,6 +115,24 @@ class SandboxService:
             "privilege": str(info.get("privilege_mode", "unknown")),
             "network_isolated": str(bool(info.get("network_isolated"))).lower(),
             "execution": "cold" if self.settings.cold else "warm",
+            "filesystem": str(info.get("filesystem", "starting")),
+        }
+
+    def filesystem_health(self, info: dict[str, Any]) -> dict[str, Any]:
+        """What request code can see of the host's files, as the workers confirmed it."""
+        assert self.plan is not None
+        mode = info.get("filesystem")
+        described = {"mounts": FS_MOUNTS, "landlock": FS_LANDLOCK}.get(str(mode), FS_HOST)
+        reason = self.plan.filesystem_reason
+        if mode == "host" and self.plan.filesystem == FS_LANDLOCK:
+            reason = "Landlock did not hide / in the worker's self-test"
+        return {
+            "mode": str(mode or "starting"),
+            "description": described,
+            "reason": reason,
+            "writable": "the run's own directory only" if mode in ("mounts", "landlock") else "whatever the uid may",
+            "landlock_abi": info.get("landlock_abi", 0),
+            **self.plan.allowlist.describe(),
         }
 
     # -- routes -------------------------------------------------------------------------------------------------
@@ -145,7 +181,7 @@ class SandboxService:
             self.metrics.observe(payload["status"], time.monotonic() - started)
             return JSONResponse(payload)
         payload = run_code_response(outcome.run_result(), outcome.message, outcome.files)
-        self.metrics.observe(payload["status"], time.monotonic() - started)
+        self.metrics.observe(payload["status"], time.monotonic() - started, outcome.execution_time)
         self.metrics.timeouts += outcome.status == "TimeLimitExceeded"
         self.metrics.truncated += outcome.truncated
         return JSONResponse(payload)
@@ -164,11 +200,17 @@ class SandboxService:
             "status": "ok" if ready else "starting",
             "isolation": self.isolation_labels(),
             "isolation_reason": self.plan.reason if self.plan else "",
+            "filesystem": self.filesystem_health(info) if self.plan and ready else {},
             "privilege_note": info.get("privilege_note", ""),
             "tmp_root": self.plan.tmp_root if self.plan else "",
             "workers": self.settings.workers,
             "workers_ready": self.executor.pool.ready if self.executor and self.executor.pool else None,
             "max_queue": self.settings.max_queue,
+            # Requests it takes at once without refusing: workers running + max_queue waiting (the launcher's
+            # capacity check compares this with the recipe's in-flight tool calls).
+            "capacity": self.settings.workers + self.settings.max_queue,
+            "answered": sum(self.metrics.requests.values()),
+            "mean_execution_s": round(self.metrics.mean_execution_s, 4),
             "in_flight": self.metrics.in_flight,
             "queued": self.metrics.queued,
             "preloaded": info.get("preloaded", []),
@@ -178,12 +220,15 @@ class SandboxService:
 
     async def metrics_text(self, _request: Request) -> Response:
         pool = self.executor.pool if self.executor else None
-        text = self.metrics.render(self.isolation_labels(), pool.ready if pool else 0, self.settings.workers)
+        text = self.metrics.render(
+            self.isolation_labels(), pool.ready if pool else 0, self.settings.workers, self.settings.max_queue
+        )
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
 
 
-def create_app(settings: SandboxSettings) -> Starlette:
-    service = SandboxService(settings)
+def create_app(settings: SandboxSettings, plan: IsolationPlan | None = None) -> Starlette:
+    """The ASGI app; ``plan`` is the isolation decision when the caller already took it (the CLI does)."""
+    service = SandboxService(settings, plan)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

@@ -1,6 +1,8 @@
 """Load test for any SandboxFusion-compatible ``/run_code`` URL: latency percentiles and requests/s.
 
-Each snippet's stdout is checked, so a fast wrong answer counts as an error, not as throughput.
+Each snippet's stdout is checked, so a fast wrong answer counts as an error, not as throughput. ``--burst N`` and
+``--recipe NAME`` switch to the burst mode (:mod:`sandbox.bench_burst`): N clients at the same instant, the way an
+RL step's tool calls arrive.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class BenchRow:
     errors: int
     p50_ms: float
     p95_ms: float
+    p99_ms: float
     req_per_s: float
 
 
@@ -102,17 +105,20 @@ async def bench_one(url: str, snippet: str, concurrency: int, requests: int, war
         errors=errors,
         p50_ms=round(percentile(latencies, 0.5) * 1000, 1),
         p95_ms=round(percentile(latencies, 0.95) * 1000, 1),
+        p99_ms=round(percentile(latencies, 0.99) * 1000, 1),
         req_per_s=round(requests / wall, 1),
     )
 
 
 def format_table(rows: list[BenchRow]) -> str:
-    header = f"{'snippet':<8} {'conc':>5} {'reqs':>5} {'errors':>6} {'p50 ms':>9} {'p95 ms':>9} {'req/s':>8}"
+    header = (
+        f"{'snippet':<8} {'conc':>5} {'reqs':>5} {'errors':>6} {'p50 ms':>9} {'p95 ms':>9} {'p99 ms':>9} {'req/s':>8}"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(
             f"{r.snippet:<8} {r.concurrency:>5} {r.requests:>5} {r.errors:>6} {r.p50_ms:>9.1f} {r.p95_ms:>9.1f} "
-            f"{r.req_per_s:>8.1f}"
+            f"{r.p99_ms:>9.1f} {r.req_per_s:>8.1f}"
         )
     return "\n".join(lines)
 
@@ -128,10 +134,16 @@ async def run_bench(
 
 
 def run_bench_cli(args: argparse.Namespace) -> int:
-    snippets = [s.strip() for s in args.snippets.split(",") if s.strip()]
+    burst = bool(getattr(args, "burst", None) or getattr(args, "recipe", None))
+    chosen = args.snippets or ("print" if burst else ",".join(SNIPPETS))
+    snippets = [s.strip() for s in chosen.split(",") if s.strip()]
     unknown = [s for s in snippets if s not in SNIPPETS]
     if unknown:
         raise SystemExit(f"unknown snippets {unknown}; choose from {sorted(SNIPPETS)}")
+    if burst:
+        from sandbox.bench_burst import run_burst_cli
+
+        return run_burst_cli(args, snippets)
     concurrencies = [int(c) for c in args.concurrency.split(",") if c.strip()]
     rows = asyncio.run(run_bench(args.url, snippets, concurrencies, args.requests, args.warmup, args.timeout))
     print(f"bench {args.url}")

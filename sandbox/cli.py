@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
+import os
+import resource
+import socket
+import subprocess
 import sys
 
+from sandbox.bench_burst import add_burst_options
 from sandbox.settings import DEFAULT_PRELOAD, SandboxSettings
+
+log = logging.getLogger("sandbox")
 
 
 def _positive_int(text: str) -> int:
@@ -37,7 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-queue",
         type=int,
         default=defaults.max_queue,
-        help="requests allowed to wait for a worker; more get the overload answer (default %(default)s)",
+        help="requests allowed to wait for a worker; more get the overload answer (default %(default)s). Sizing "
+        "rule: --workers + --max-queue >= the tool calls in flight against this sandbox = the tool's max_concurrency "
+        "x the agent-loop workers it serves (16 x 64 = 1,024 for the kit's recipes on one node); "
+        "`retool-launch run RECIPE --dry-run` compares the two",
     )
     serve.add_argument(
         "--output-limit-kb",
@@ -103,7 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.overload_status,
         help="HTTP status of overload answers (verl 0.6.1 retries only 504; default %(default)s)",
     )
-    serve.add_argument("--log-level", default="warning", help="uvicorn/sandbox log level (default %(default)s)")
+    serve.add_argument(
+        "--allow-path",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a host file or directory request code may read, on top of the filesystem allowlist (repeatable)",
+    )
+    serve.add_argument("--log-level", default="info", help="uvicorn/sandbox log level (default %(default)s)")
 
     bench = sub.add_parser("bench", help="load-test a SandboxFusion-compatible /run_code URL")
     bench.add_argument("--url", default="http://127.0.0.1:8080/run_code", help="default %(default)s")
@@ -116,20 +134,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--snippets",
-        default="print,numpy,sympy,sum,loop",
-        help="subset of: print, numpy, sympy, sum, loop (default %(default)s)",
+        help="subset of: print, numpy, sympy, sum, loop (default: all; print in burst mode)",
     )
     bench.add_argument("--warmup", type=int, default=3, help="untimed requests first (default %(default)s)")
     bench.add_argument("--timeout", type=float, default=60.0, help="HTTP timeout per request, s")
     bench.add_argument("--json", dest="json_out", help="also write the results as JSON to this file")
+    add_burst_options(bench)
     return parser
+
+
+def _listen(host: str, port: int) -> socket.socket | None:
+    """Bind before anything starts, so a busy port is one line and exit 1, and "ready" is only ever logged after it."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(4096)
+    except OSError as exc:
+        sock.close()
+        why = "the port is in use (another sandbox? stop it or pick --port)" if exc.errno == errno.EADDRINUSE else ""
+        print(f"retool-sandbox: cannot listen on {host}:{port}: {why or exc.strerror or exc}", file=sys.stderr)
+        return None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _raise_open_file_limit(wanted: int) -> None:
+    """Each queued request holds a connection (a file descriptor): lift a 1,024 soft limit towards the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from sandbox.app import create_app
+    from sandbox.isolation import plan_isolation
 
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    sock = _listen(args.host, args.port)
+    if sock is None:
+        return 1
+    missing = [p for p in args.allow_path if not os.path.exists(p)]
+    if missing:
+        print(f"retool-sandbox: --allow-path {missing[0]} does not exist", file=sys.stderr)
+        return 2
     settings = SandboxSettings(
         host=args.host,
         port=args.port,
@@ -147,10 +199,17 @@ def _serve(args: argparse.Namespace) -> int:
         sandbox_uid=args.sandbox_uid,
         sandbox_gid=args.sandbox_uid,
         overload_status=args.overload_status,
+        allow_paths=tuple(args.allow_path),
     )
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    uvicorn.run(
-        create_app(settings),
+    _raise_open_file_limit(4 * (settings.workers + settings.max_queue) + 256)  # sockets + per-run pipes
+    try:
+        plan = plan_isolation(settings)
+    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
+        print(f"retool-sandbox: {exc}", file=sys.stderr)
+        sock.close()
+        return 1
+    config = uvicorn.Config(
+        create_app(settings, plan),
         host=settings.host,
         port=settings.port,
         log_level=args.log_level.lower(),
@@ -158,7 +217,12 @@ def _serve(args: argparse.Namespace) -> int:
         backlog=4096,
         timeout_keep_alive=30,
     )
-    return 0
+    server = uvicorn.Server(config)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        plan.cleanup()
+    return 0 if server.started else 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 from typing import Any
 
 from sandbox.isolation import IsolationPlan
@@ -122,15 +121,15 @@ class Executor:
             task.cancel()
         if self.pool is not None:
             await self.pool.stop()
-        if not self.plan.in_bwrap:
-            shutil.rmtree(self.plan.tmp_root, ignore_errors=True)
+        self.plan.cleanup()
 
     async def run(self, job: Job) -> Outcome:
         """Run ``job`` or raise :class:`Overloaded` without waiting."""
         if self.slots.locked() and self.metrics.queued >= self.settings.max_queue:
             self.metrics.rejected += 1
             raise Overloaded(
-                f"sandbox overloaded: {self.settings.workers} running and {self.metrics.queued} queued; retry later"
+                f"sandbox overloaded: {self.settings.workers} running and {self.metrics.queued} queued "
+                f"(--max-queue {self.settings.max_queue}); retry later"
             )
         self.metrics.queued += 1
         try:

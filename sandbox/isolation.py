@@ -1,30 +1,39 @@
 """How workers are launched: inside bubblewrap when it can run, else as plain processes (the fallback).
 
-bwrap mode: each worker (the warm interpreter itself) runs in ``bwrap`` with a read-only root, private /tmp and
-/dev, fresh /proc, no network, its own pid/ipc/uts namespaces, die-with-parent; /root and /home (and any other
-directory the sandbox uid could not traverse on the way to the interpreter) are hidden behind empty tmpfs mounts,
-with only the interpreter's own directories bound back. Requests then fork inside that sandbox, so bwrap's
-~10 ms start-up is paid per worker, not per request.
+bwrap mode: each worker (the warm interpreter itself) runs in ``bwrap`` on a root that holds only the filesystem
+allowlist (:mod:`sandbox.filesystem`: system libraries, the interpreter's prefixes and the site-packages the preload
+needs, a minimal ``/etc``), a private /tmp and /dev, a fresh /proc, no network, its own pid/ipc/uts namespaces,
+die-with-parent; the root itself is read-only. Requests then fork inside that sandbox, so bwrap's ~10 ms start-up is
+paid per worker, not per request.
 
 Fallback ("none"): rlimits, a new session, a private temp dir, and, when the server is root, a per-request network
-namespace and a uid drop. It exists for unprivileged containers where user namespaces are off.
+namespace and a uid drop. The filesystem allowlist is applied with Landlock when the kernel has it. It exists for
+unprivileged containers where user namespaces are off.
 """
 
 from __future__ import annotations
 
-import json
 import os
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbox import worker_landlock
+from sandbox.filesystem import (
+    WORKER_DIR_INSIDE,
+    Allowlist,
+    build_allowlist,
+    bwrap_mount_args,
+    probe_interpreter,
+    synthetic_etc,
+)
 from sandbox.settings import SandboxSettings
 
 WORKER_SCRIPT = Path(__file__).with_name("worker_main.py")
-# Covered with an empty tmpfs in every sandbox. /tmp is here too (a private /tmp): an interpreter or venv that
-# lives under /tmp (a CI checkout, say) is then bound back read-only like one under /root.
-ALWAYS_HIDDEN = ("/root", "/home", "/tmp")
+LANDLOCK_HELPER = Path(__file__).with_name("worker_landlock.py")
+WORKER_FILES = (WORKER_SCRIPT, LANDLOCK_HELPER)
 WORKER_CAPABILITIES = (
     "CAP_SETUID",
     "CAP_SETGID",
@@ -35,6 +44,10 @@ WORKER_CAPABILITIES = (
     "CAP_DAC_READ_SEARCH",
     "CAP_SETPCAP",
 )
+#: /health's names for what user code sees of the host's files.
+FS_MOUNTS = "allowlist (bwrap root of read-only binds)"
+FS_LANDLOCK = "allowlist (landlock: outside it nothing can be read or listed; names still answer stat)"
+FS_HOST = "host (every file the run's uid can read)"
 
 
 @dataclass
@@ -45,83 +58,33 @@ class IsolationPlan:
     reason: str
     prefix: list[str] = field(default_factory=list)  # argv before the python command
     tmp_root: str = "/tmp"  # where request dirs go, as the worker sees it
+    worker_script: str = str(WORKER_SCRIPT)  # as the worker sees it
+    allowlist: Allowlist = field(default_factory=Allowlist)
+    filesystem: str = FS_HOST  # what the plan intends; the worker confirms it (worker_info["filesystem"])
+    filesystem_reason: str = ""
+    landlock_abi: int = 0
+    owned_dirs: list[str] = field(default_factory=list)  # host dirs the server created and removes at stop
 
     @property
     def in_bwrap(self) -> bool:
         return self.mode == "bwrap"
 
-
-def interpreter_paths(python: str) -> list[str]:
-    """Directories the interpreter must read (prefixes, sys.path, the binary's real location)."""
-    probe = (
-        "import json, os, sys; p = {sys.prefix, sys.base_prefix, sys.exec_prefix, "
-        "os.path.dirname(os.path.realpath(sys.executable))}; p.update(x for x in sys.path if x and os.path.isdir(x));"
-        "print(json.dumps(sorted(os.path.realpath(x) for x in p)))"
-    )
-    out = subprocess.run([python, "-I", "-c", probe], capture_output=True, text=True, check=True, timeout=60)
-    return json.loads(out.stdout)
+    def cleanup(self) -> None:
+        for path in self.owned_dirs:
+            shutil.rmtree(path, ignore_errors=True)
 
 
-def _world_traversable(path: str) -> bool:
-    try:
-        return os.stat(path).st_mode & 0o005 == 0o005
-    except OSError:
-        return False
+def sandbox_ids(settings: SandboxSettings) -> tuple[list[int], list[int]]:
+    """The uids/gids request code may run as: one per worker slot as root, else the server's own."""
+    if os.geteuid() == 0:
+        slots = range(settings.workers)
+        return [settings.sandbox_uid - s for s in slots], [settings.sandbox_gid - s for s in slots]
+    return [os.getuid()], [os.getgid()]
 
 
-def hidden_roots(needed: list[str]) -> list[str]:
-    """Top-most directories to cover with tmpfs: /root, /home, /tmp and any ancestor the sandbox uid cannot traverse."""
-    hidden: set[str] = {d for d in ALWAYS_HIDDEN if os.path.isdir(d)}
-    for path in needed:
-        parts = Path(path).parts
-        for depth in range(2, len(parts)):
-            ancestor = str(Path(*parts[:depth]))
-            if not _world_traversable(ancestor):
-                hidden.add(ancestor)
-                break
-    tops = sorted(hidden)
-    return [h for h in tops if not any(h != o and h.startswith(o.rstrip("/") + "/") for o in tops)]
-
-
-def rebind_args(needed: list[str]) -> list[str]:
-    """bwrap arguments that hide the hidden roots and bind back only what the interpreter needs."""
-    args: list[str] = []
-    for hidden in hidden_roots(needed):
-        args += ["--perms", "0755", "--tmpfs", hidden]
-        inside = sorted(p for p in needed if p.startswith(hidden.rstrip("/") + "/"))
-        bound: list[str] = []
-        created: set[str] = set()
-        for path in inside:
-            if any(path.startswith(b.rstrip("/") + "/") for b in bound):
-                continue
-            rel_parts = Path(path).relative_to(hidden).parts
-            for depth in range(1, len(rel_parts)):
-                directory = str(Path(hidden, *rel_parts[:depth]))
-                if directory not in created:
-                    created.add(directory)
-                    args += ["--perms", "0755", "--dir", directory]
-            args += ["--ro-bind", path, path]
-            bound.append(path)
-    return args
-
-
-def bwrap_prefix(bwrap: str, needed: list[str]) -> list[str]:
-    args = [
-        bwrap,
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
-        *rebind_args(needed),
-        "--unshare-ipc",
-        "--unshare-pid",
-        "--unshare-net",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-    ]
+def bwrap_prefix(bwrap: str, allow: Allowlist, etc_dir: str) -> list[str]:
+    args = [bwrap, *bwrap_mount_args(allow, etc_dir, WORKER_FILES), "--remount-ro", "/"]
+    args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
     if os.geteuid() != 0:
         # Unprivileged bwrap needs a user namespace. As root we stay in the host's, so children can switch to the
         # sandbox uid (a fresh user namespace would map only uid 0).
@@ -153,19 +116,45 @@ def plan_isolation(settings: SandboxSettings) -> IsolationPlan:
     requested = settings.isolation
     if requested not in ("auto", "bwrap", "none"):
         raise ValueError(f"unknown isolation {requested!r}")
+    allow = build_allowlist(probe_interpreter(settings.python, settings.preload), settings.allow_paths, settings.python)
     if requested != "none":
         if not settings.bwrap_path:
             reason = "bwrap not found on PATH (apt-get install bubblewrap)"
         else:
-            needed = interpreter_paths(settings.python) + [str(WORKER_SCRIPT.parent.resolve())]
-            prefix = bwrap_prefix(settings.bwrap_path, needed)
+            etc_dir = synthetic_etc(*sandbox_ids(settings))
+            prefix = bwrap_prefix(settings.bwrap_path, allow, etc_dir)
             ok, reason = _bwrap_works(prefix, settings.python)
             if ok:
-                return IsolationPlan("bwrap", reason, prefix, "/tmp")
+                return IsolationPlan(
+                    "bwrap",
+                    reason,
+                    prefix,
+                    "/tmp",
+                    f"{WORKER_DIR_INSIDE}/{WORKER_SCRIPT.name}",
+                    allow,
+                    FS_MOUNTS,
+                    "only the allowlist is mounted",
+                    owned_dirs=[etc_dir],
+                )
+            shutil.rmtree(etc_dir, ignore_errors=True)
         if requested == "bwrap":
             raise RuntimeError(f"--isolation bwrap requested but unusable: {reason}")
     else:
         reason = "isolation 'none' requested"
     tmp_root = tempfile.mkdtemp(prefix="retool-sandbox-")
     os.chmod(tmp_root, 0o711)  # sandbox uids may pass through to their own request dirs, not list them
-    return IsolationPlan("none", f"fallback (rlimits + own session + private temp dir): {reason}", [], tmp_root)
+    abi = worker_landlock.abi_version()
+    plan = IsolationPlan(
+        "none",
+        f"fallback (rlimits + own session + private temp dir): {reason}",
+        [],
+        tmp_root,
+        allowlist=allow,
+        landlock_abi=abi,
+        owned_dirs=[tmp_root],
+    )
+    if abi >= 1:
+        plan.filesystem, plan.filesystem_reason = FS_LANDLOCK, f"Landlock ABI {abi}"
+    else:
+        plan.filesystem_reason = "the kernel has no Landlock (Linux >= 5.13 with landlock in the LSM list)"
+    return plan

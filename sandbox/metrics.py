@@ -18,6 +18,8 @@ class Metrics:
     http_errors: Counter[int] = field(default_factory=Counter)  # refused requests by HTTP status
     latency_counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
     latency_sum: float = 0.0
+    execution_sum: float = 0.0  # the code's own run time, without queueing (the throughput a worker gives)
+    executed: int = 0
     timeouts: int = 0
     truncated: int = 0
     in_flight: int = 0
@@ -26,12 +28,19 @@ class Metrics:
     worker_recycles: int = 0
     cleanup_failures: int = 0
 
-    def observe(self, status: str, seconds: float) -> None:
+    def observe(self, status: str, seconds: float, execution_s: float | None = None) -> None:
         self.requests[status] += 1
         self.latency_counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
         self.latency_sum += seconds
+        if execution_s is not None:
+            self.execution_sum += execution_s
+            self.executed += 1
 
-    def render(self, isolation: dict[str, str], workers_ready: int, workers: int) -> str:
+    @property
+    def mean_execution_s(self) -> float:
+        return self.execution_sum / self.executed if self.executed else 0.0
+
+    def render(self, isolation: dict[str, str], workers_ready: int, workers: int, max_queue: int = 0) -> str:
         p = PREFIX
         lines = [
             f"# HELP {p}_requests_total /run_code requests answered, by top-level status.",
@@ -71,6 +80,7 @@ class Metrics:
                 self.cleanup_failures,
             ),
             ("workers", "gauge", "Configured worker slots.", workers),
+            ("max_queue", "gauge", "Requests allowed to wait for a worker before the overload answer.", max_queue),
             ("workers_ready", "gauge", "Idle warm workers ready to fork.", workers_ready),
         ]
         for name, kind, help_text, value in scalars:

@@ -70,7 +70,10 @@ class SandboxSettings:
     host: str = "127.0.0.1"
     port: int = 8080
     workers: int = field(default_factory=lambda: os.cpu_count() or 1)
-    max_queue: int = 256
+    # kit: 1,024 = the recipes' in-flight tool calls on one node (agent.num_workers 16 x the tool's max_concurrency
+    # 64, recipes/config/retool_qwen3_4b_dapo.yaml and recipes/retool/code_interpreter.yaml): they queue, not 503.
+    # Measured: 1,024 simultaneous clients against 2 workers on a 2-core host, none refused (issue 14 item 2).
+    max_queue: int = 1024
     output_limit_kb: int = 64
     isolation: str = "auto"  # auto | bwrap | none
     cold: bool = False
@@ -90,6 +93,7 @@ class SandboxSettings:
     overload_status: int = 503
     python: str = sys.executable
     bwrap_path: str | None = field(default_factory=lambda: shutil.which("bwrap"))
+    allow_paths: tuple[str, ...] = ()  # extra host paths request code may read (added to the filesystem allowlist)
 
     @property
     def output_limit_bytes(self) -> int:

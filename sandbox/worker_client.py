@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox.isolation import WORKER_SCRIPT, IsolationPlan
+from sandbox.isolation import FS_LANDLOCK, IsolationPlan
 from sandbox.output_capture import CappedPipeReader
 from sandbox.settings import SandboxSettings, child_env
 from sandbox.worker_main import HEADER, MAX_FRAME
@@ -100,7 +100,7 @@ class WorkerProcess:
         # could not remove is removed with it. (In bwrap, /tmp is the worker's private tmpfs and dies with it.)
         tmp_root = plan.tmp_root if plan.in_bwrap else tempfile.mkdtemp(prefix=f"w{slot}-", dir=plan.tmp_root)
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        argv = [*plan.prefix, settings.python, "-I", "-B", str(WORKER_SCRIPT), "--socket-fd", str(child_sock.fileno())]
+        argv = [*plan.prefix, settings.python, "-I", "-B", plan.worker_script, "--socket-fd", str(child_sock.fileno())]
         if one_shot:
             argv.append("--one-shot")
         env = child_env(settings.python)
@@ -129,6 +129,8 @@ class WorkerProcess:
             "max_fetch_bytes": settings.max_fetch_mb * 1024 * 1024,
             "preload": list(settings.preload) if preload else [],
             "child_env": env,
+            "landlock_abi": plan.landlock_abi if plan.filesystem == FS_LANDLOCK else 0,
+            "fs_read_only": plan.allowlist.read_only + plan.allowlist.etc_files,
         }
         if known:  # what an earlier worker found out (privilege mode, netns): spares each cold worker its probes
             config["privilege_mode"] = known["privilege_mode"]

@@ -173,6 +173,11 @@ class Worker:
         self.preloaded: list[str] = []
         self.netns_per_request = False
         self.leader: int | None = None
+        # Fallback mode's filesystem allowlist (bwrap mode mounts only the allowlist instead).
+        self.landlock: types.ModuleType | None = None
+        self.landlock_abi = int(config.get("landlock_abi") or 0)
+        self.fs_read_only: list[str] = list(config.get("fs_read_only") or [])
+        self.filesystem = "mounts" if self.in_bwrap else "host"
 
     # -- startup -------------------------------------------------------------------------------------------------
 
@@ -195,6 +200,14 @@ class Worker:
             self.netns_per_request = bool(self.cfg["netns_per_request"])
         else:
             self.netns_per_request = not self.in_bwrap and self.is_root and self._probe_netns()
+        if self.landlock_abi and not self.in_bwrap:
+            self._enable_landlock()
+            if self.landlock is not None and self.privilege_mode == "ruid":
+                self.privilege_note = (
+                    f"the Python installation is not readable by uid {self.uid}; children keep root's file "
+                    "permissions, limited by Landlock to the read-only allowlist and their run directory, and lose "
+                    "all capabilities"
+                )
         self._preload(self.cfg.get("preload", []))
         return {
             "ready": True,
@@ -203,6 +216,8 @@ class Worker:
             "privilege_mode": self.privilege_mode,
             "privilege_note": self.privilege_note,
             "network_isolated": self.in_bwrap or self.netns_per_request,
+            "filesystem": self.filesystem,
+            "landlock_abi": self.landlock_abi if self.landlock is not None else 0,
             "vm_baseline_mb": round(_vm_size_bytes() / MIB, 1),
         }
 
@@ -221,6 +236,19 @@ class Worker:
             if name in self.preloaded:
                 with contextlib.suppress(Exception):
                     exec(snippet, {})
+
+    def _enable_landlock(self) -> None:
+        """Load the Landlock helper (next to this script, by path) and keep it if a test child proves it works."""
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker_landlock.py")
+        spec = importlib.util.spec_from_file_location("retool_sandbox_landlock", path)
+        if spec is None or spec.loader is None:
+            return
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if module.hides_root(self.fs_read_only, [self.tmp_root], self.landlock_abi):
+            self.landlock, self.filesystem = module, "landlock"
 
     def _needed_paths(self) -> list[str]:
         paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
@@ -299,6 +327,8 @@ class Worker:
                         os.close(fd)
             send_frame(self.sock, reply)
             clean = self._reap_all(self.leader)
+            if self.in_bwrap and not self.is_root:
+                _empty_private_dirs((self.tmp_root, "/dev/shm"))  # same uid as us: it could write there
             send_frame(self.sock, {"cleanup": clean})
             if one_shot or not clean or reply.get("damaged"):
                 return
@@ -411,7 +441,7 @@ class Worker:
             code = 0
             try:
                 os.close(read_fd)
-                self._drop_privileges()
+                self._drop_privileges(workdir)
                 result: dict[str, str | None] = {}
                 budget = max_bytes
                 for name in names:
@@ -443,8 +473,10 @@ class Worker:
 
     # -- the child -----------------------------------------------------------------------------------------------
 
-    def _drop_privileges(self) -> None:
+    def _drop_privileges(self, workdir: str) -> None:
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        if self.landlock is not None:  # while still able to open every allowed path; fails closed
+            self.landlock.restrict_self(self.fs_read_only, [workdir], self.landlock_abi)
         if self.privilege_mode == "uid":
             self._become_sandbox_uid()
         elif self.privilege_mode == "ruid":
@@ -468,7 +500,7 @@ class Worker:
                 os.dup2(setup_w, 3)
             os.closerange(4, 1 << 16)  # the server socket, pidfds, everything else of the worker
             os.chdir(workdir)
-            self._drop_privileges()
+            self._drop_privileges(workdir)
             _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the uid change, which clears it
             _reset_process_state(self.cfg["child_env"], workdir)
             os.write(3, b"1")
@@ -504,6 +536,18 @@ def _count_processes_of_uid(uid: int) -> int:
             except OSError:
                 continue
     return count
+
+
+def _empty_private_dirs(roots: tuple[str, ...]) -> None:
+    """Remove whatever a run left in the worker's private tmpfs dirs, so the next run on this worker sees none."""
+    for root in roots:
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(root):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
 
 
 def _safe_join(root: str, relative: str) -> str:

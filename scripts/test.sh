@@ -27,6 +27,7 @@ source scripts/lib/venv.sh
 kit_ensure_venv
 
 export TORCH_DEVICE_BACKEND_AUTOLOAD=0 # never auto-import torch_npu (no CANN here)
+export KIT_ALLOW_EPHEMERAL_CKPT=1      # tests write throwaway checkpoints, also inside a container's own filesystem
 export KIT_VERL_TREE="$KIT_ROOT/build/verl"
 export PYTHONUNBUFFERED=1
 echo "== pytest"

@@ -6,22 +6,23 @@ that scripts/setup_verl.sh built (tag ``v0.6.1``), so no network is needed.
 
 The ``check_*`` functions of tests/patches also run in a subprocess (``UnpatchedVerl.run``, via
 ``runpy``) where pytest's sys.path is absent; ``kit_env`` puts tests/ on PYTHONPATH so this module
-imports there too. Keep it standard-library only at import time: torch and the kit are imported
-lazily by the helpers that need them, so the sandbox tests do not pay for (or need) torch.
+imports there too. Keep it standard-library only at import time: torch and the kit's heavy parts are
+imported lazily by the helpers that need them, so the sandbox tests do not pay for (or need) torch.
+``kit_env`` and ``free_port`` are the kit's own (recipes/smoke/supervisor.py, standard library only):
+one copy for the smoke run and the tests.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -29,20 +30,11 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTS_DIR = REPO_ROOT / "tests"
 
-# The ReTool tool's schema as recipes/retool/code_interpreter.yaml declares it, written out here so the
-# CPU end-to-end tests (SFT data, RL tool config) do not depend on the recipe file's other settings.
-CODE_INTERPRETER_SCHEMA: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "code_interpreter",
-        "description": "A tool for executing code.",
-        "parameters": {
-            "type": "object",
-            "properties": {"code": {"type": "string", "description": "The code to execute."}},
-            "required": ["code"],
-        },
-    },
-}
+if str(REPO_ROOT) not in sys.path:  # under runpy or a bare interpreter the kit may not be importable yet
+    sys.path.append(str(REPO_ROOT))
+
+from recipes.smoke import supervisor  # noqa: E402 (needs the path above)
+from recipes.smoke.supervisor import free_port  # noqa: E402, F401 (re-exported for the tests)
 
 
 def verl_tree() -> Path:
@@ -51,23 +43,12 @@ def verl_tree() -> Path:
 
 
 def kit_env(**extra: str) -> dict[str, str]:
-    """Environment for subprocesses: no torch_npu autoload, the kit and ``kit_testing`` importable.
+    """The kit's child environment (no torch_npu autoload, the kit importable) with ``kit_testing`` importable.
 
     tests/ is there so test files run outside pytest (``UnpatchedVerl.run``) can import this module. It goes
     last: its sub-folders have no ``__init__.py``, and Python prefers any real package over such a folder.
     """
-    env = dict(os.environ)
-    env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO_ROOT), env.get("PYTHONPATH", ""), str(TESTS_DIR)] if p)
-    env.update(extra)
-    return env
-
-
-def free_port() -> int:
-    """A TCP port on loopback that is free now (the OS picks it; a race with other processes is accepted)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return supervisor.kit_env(extra_paths=[TESTS_DIR], **extra)
 
 
 def tiny_model_dir() -> Path:
@@ -75,8 +56,6 @@ def tiny_model_dir() -> Path:
 
     ``KIT_TINY_MODEL_DIR`` overrides the place, so a CI cache or a read-only image can provide it.
     """
-    if str(REPO_ROOT) not in sys.path:  # under runpy or a bare interpreter the kit may not be importable yet
-        sys.path.insert(0, str(REPO_ROOT))
     from recipes.smoke.tiny_model import build_tiny_qwen
 
     return build_tiny_qwen(Path(os.environ.get("KIT_TINY_MODEL_DIR", REPO_ROOT / "build" / "tiny-qwen3")))

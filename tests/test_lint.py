@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -71,3 +72,33 @@ def test_ruff_check() -> None:
 def test_ruff_format() -> None:
     proc = subprocess.run([_tool("ruff"), "format", "--check", "."], cwd=REPO_ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+_HARDWARE_WORD = re.compile(r"(?<![\w.-])(a2|a3|h200|npu|cuda)(?![\w.-])")
+
+
+def _case_patterns(text: str) -> list[str]:
+    """The pattern lines of every ``case ... in ... esac`` block (``a2 | a3)``, ``cuda)``, ``--hw)``...)."""
+    patterns, depth = [], 0
+    for line in text.splitlines():
+        code = line.split("#", 1)[0].strip()
+        if re.match(r"^case\b.*\bin$", code):
+            depth += 1
+        elif code == "esac" or code.endswith(" esac") or code.startswith("esac"):
+            depth = max(0, depth - 1)
+        elif depth and re.match(r"^[^()]+\)", code):
+            patterns.append(code.split(")", 1)[0])
+    return patterns
+
+
+@pytest.mark.parametrize("script", shell_scripts(), ids=lambda p: str(p.relative_to(REPO_ROOT)))
+def test_no_shell_script_holds_a_hardware_table(script: Path) -> None:
+    """Issue 13: platforms and hardware profiles are known in one place (npu_kernels/platform); a shell script asks
+    `python -m npu_kernels.platform` instead of keeping a `case` over their names."""
+    offenders = [p for p in _case_patterns(script.read_text()) if _HARDWARE_WORD.search(p)]
+    assert not offenders, f"{script.name}: case patterns over hardware names {offenders}"
+
+
+def test_the_hardware_table_check_catches_one() -> None:
+    sample = "case $HW in\n  a2 | a3) x=1 ;;\n  cuda) x=2 ;;\n  --hw) y ;;\nesac\n"
+    assert [p for p in _case_patterns(sample) if _HARDWARE_WORD.search(p)] == ["a2 | a3", "cuda"]

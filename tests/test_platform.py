@@ -363,7 +363,7 @@ def test_rl_a3_preset() -> None:
 
 
 def test_preset_rejects_unknown() -> None:
-    with pytest.raises(ValueError, match="a2, a3, cuda, cpu"):
+    with pytest.raises(ValueError, match="a2, a3, cuda, h200, cpu"):
         preset("rl", "a4")
     with pytest.raises(ValueError, match="sft, rl"):
         preset("train", "a2")
@@ -500,7 +500,7 @@ def test_default_hardware(no_torch_npu: None, monkeypatch: pytest.MonkeyPatch, t
     monkeypatch.setenv("KIT_HW", "a2")
     assert plat.default_hardware(platform=plat.CPU, planning=True) == "a2"
     monkeypatch.setenv("KIT_HW", "a9")
-    with pytest.raises(ValueError, match="a2, a3, cuda, cpu"):
+    with pytest.raises(ValueError, match="a2, a3, cuda, h200, cpu"):
         plat.default_hardware(platform=plat.CPU)
 
 

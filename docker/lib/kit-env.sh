@@ -1,18 +1,22 @@
 # shellcheck shell=bash
 # The environment of the kit's images, sourced by docker/entrypoint.sh (every `docker run`) and by
 # /etc/bash.bashrc (every interactive shell, including `docker exec -it ... bash`):
-#   1. CANN's and ATB's set_env.sh, when present (NPU image): before anything starts Ray, so Ray's NPU count
-#      comes from pyACL and not from a /dev glob, and vllm-ascend finds libatb.so;
+#   1. the platform's setup scripts (CANN's and ATB's set_env.sh in the NPU image), through the one helper every
+#      launcher uses (scripts/lib/platform_env.sh: kit_source_setup_scripts, which asks
+#      `python -m npu_kernels.platform setup-scripts` which are present): before anything starts Ray, so Ray's NPU
+#      count comes from pyACL and not from a /dev glob, and vllm-ascend finds libatb.so;
 #   2. the kit's preset for KIT_PHASE (sft or rl, default rl), generated at build time by
-#      `python -m npu_kernels.device env --phase ... --hw $KIT_HW` into /etc/retool-kit/env-<phase>.sh.
+#      `python -m npu_kernels.platform env --phase ... --hw $KIT_HW` into /etc/retool-kit/env-<phase>.sh.
 # Not strict on purpose (no set -e/-u): it runs inside users' interactive shells, and CANN's scripts expand
 # variables that may be unset.
 
-_kit_ascend=${KIT_ASCEND_ROOT:-/usr/local/Ascend}
-for _kit_file in "$_kit_ascend/ascend-toolkit/set_env.sh" "$_kit_ascend/nnal/atb/set_env.sh"; do
-  # shellcheck source=/dev/null
-  [[ -f $_kit_file ]] && source "$_kit_file"
-done
+KIT_ROOT=${KIT_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}
+# shellcheck source=../../scripts/lib/kit_python.sh
+source "$KIT_ROOT/scripts/lib/kit_python.sh"
+# shellcheck source=../../scripts/lib/platform_env.sh
+source "$KIT_ROOT/scripts/lib/platform_env.sh"
+kit_source_setup_scripts || echo "retool-kit: could not list the platform's setup scripts (CANN/ATB not sourced)" >&2
+
 _kit_file=${KIT_ENV_DIR:-/etc/retool-kit}/env-${KIT_PHASE:-rl}.sh
 if [[ -f $_kit_file ]]; then
   # shellcheck source=/dev/null
@@ -20,4 +24,4 @@ if [[ -f $_kit_file ]]; then
 else
   echo "retool-kit: no $_kit_file (KIT_PHASE must be sft or rl); the kit's env preset is not applied" >&2
 fi
-unset _kit_ascend _kit_file
+unset _kit_file

@@ -7,6 +7,8 @@
 * :mod:`~npu_kernels.platform.profiles`: :class:`HardwareProfile` (a2, a3, cuda, cpu), the registries,
   :func:`detect` / :func:`current_platform` and :func:`default_hardware`, the one default every entry point uses;
 * :mod:`~npu_kernels.platform.env`: environment entries as data (:class:`EnvVar`);
+* :mod:`~npu_kernels.platform.images`: the ``docker build`` command of a profile's image and what a container
+  needs to reach the platform's devices (``docker/build.sh``; stdlib only, it runs on hosts);
 * ``python -m npu_kernels.platform``: the CLI shell scripts ask for facts (:mod:`~npu_kernels.platform.cli`).
 
 Nothing outside this package branches on a platform or hardware-profile name. Importing it costs no torch.

@@ -53,9 +53,11 @@ VERL_DEFAULT_DTYPE = "bf16"
 TORCH_DTYPE_NAMES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}
 
 #: Variables every platform's process environment carries (the same reason everywhere).
-HYDRA_FULL_ERROR = EnvVar("HYDRA_FULL_ERROR", "1", "verl entry points are Hydra apps; without it a crash is one line")
-TOKENIZERS_PARALLELISM = EnvVar(
-    "TOKENIZERS_PARALLELISM", "false", "SFT forks DataLoader workers; HF tokenizers' pool then warns"
+HYDRA_FULL_ERROR = EnvVar(
+    "HYDRA_FULL_ERROR",
+    "1",
+    "verl entry points are Hydra apps: the full stack trace instead of one line (hicann/cann-recipes-train@93819a7 "
+    "agent_rl/qwen3_tool_agent/run_qwen3_4b_sft_npu.sh:23, run_qwen3_4b_dapo_npu.sh:21)",
 )
 
 

@@ -12,8 +12,8 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
-from npu_kernels.platform.base import HYDRA_FULL_ERROR, TOKENIZERS_PARALLELISM, PinnedPackage, Platform
-from npu_kernels.platform.env import BOTH, SFT, EnvTable, EnvVar, select
+from npu_kernels.platform.base import HYDRA_FULL_ERROR, PinnedPackage, Platform
+from npu_kernels.platform.env import BOTH, EnvTable, EnvVar, select
 
 #: Ray's CPU count is only a scheduling label: on CPU the FSDP workers, the TaskRunner and each agent-loop worker all
 #: ask for one CPU, so a 2-core box must advertise more than it has or the job waits forever.
@@ -35,7 +35,9 @@ def find_tcmalloc(candidates: Iterable[str] | None = None) -> str | None:
     return next((path for path in candidates or TCMALLOC_CANDIDATES if os.path.isfile(path)), None)
 
 
-#: The process environment per phase (npu_kernels.platform.env), in the order it is rendered.
+#: The process environment per phase (npu_kernels.platform.env), in the order it is rendered. No reference run exists on
+#: CPU: every value here is the kit's, with its evidence. TOKENIZERS_PARALLELISM is left out: verl sets it to true
+#: itself (verl/trainer/fsdp_sft_trainer.py:24, verl/trainer/constants_ppo.py:22).
 ENV_TABLE: EnvTable = (
     (BOTH, HYDRA_FULL_ERROR),
     (
@@ -43,7 +45,8 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "TORCH_DEVICE_BACKEND_AUTOLOAD",
             "0",
-            "never auto-import a torch_npu that happens to be installed: without CANN it breaks `import torch`",
+            "`import torch` loads every installed device extension and raises if one fails (torch 2.13 "
+            "torch/__init__.py:3017-3037: 'disable ... with TORCH_DEVICE_BACKEND_AUTOLOAD=0'), e.g. torch_npu w/o CANN",
         ),
     ),
     (
@@ -51,10 +54,19 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "OMP_NUM_THREADS",
             "1",
-            "every rank is its own process (torchrun/Ray); more threads per rank oversubscribe the cores",
+            "one thread per rank process, torchrun's own default for nproc_per_node > 1 (torch/distributed/"
+            "run.py:872-884, torch 2.13); set here for the Ray workers too, which get no such default",
         ),
     ),
-    (BOTH, EnvVar("TORCHDYNAMO_DISABLE", "1", "inductor costs ~35 s on the first step on CPU for no gain")),
+    (
+        BOTH,
+        EnvVar(
+            "TORCHDYNAMO_DISABLE",
+            "1",
+            "verl compiles entropy_from_logits unless use_torch_compile is off (verl/workers/actor/dp_actor.py:"
+            "80-83); its first compiled call took 19 s vs 0.4 s eager on a 2-core x86 box (256 x 151,936 logits)",
+        ),
+    ),
     (
         BOTH,
         EnvVar(
@@ -64,7 +76,6 @@ ENV_TABLE: EnvTable = (
             "logits (scripts/bench_cpu_step.py, variant fp32-glibc-no-thp)",
         ),
     ),
-    (SFT, TOKENIZERS_PARALLELISM),
 )
 
 
@@ -76,7 +87,7 @@ class CpuPlatform(Platform):
     visible_devices_env = None
     ray_resource = "CPU"
     attn_implementation = "sdpa"
-    # Inductor costs ~35 s on the first step on CPU, more than a whole smoke run's training.
+    # Inductor's first compile of verl's entropy_from_logits alone took 19 s on a 2-core box (0.4 s eager).
     use_torch_compile = False
     fsdp_strategy = "fsdp2"
     ray_num_cpus = CPU_RAY_NUM_CPUS

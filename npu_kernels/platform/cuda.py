@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from npu_kernels.platform.base import HYDRA_FULL_ERROR, TOKENIZERS_PARALLELISM, PinnedPackage, Platform
+from npu_kernels.platform.base import HYDRA_FULL_ERROR, PinnedPackage, Platform
 from npu_kernels.platform.env import BOTH, RL, SFT, EnvTable, EnvVar, check_phase
 from npu_kernels.platform.npu import FUSED_KERNELS
 
-#: The process environment per phase (npu_kernels.platform.env), in the order it is rendered.
+#: The process environment per phase (npu_kernels.platform.env), in the order it is rendered. The reference is verl
+#: 0.6.1's recipe/retool/*.sh, which exports only VLLM_USE_V1 (run_qwen2_7b_dapo.sh:3); a reason starting with "kit:"
+#: marks a value it does not set. TOKENIZERS_PARALLELISM is left out: verl sets it to true itself
+#: (verl/trainer/fsdp_sft_trainer.py:24, verl/trainer/constants_ppo.py:22).
 ENV_TABLE: EnvTable = (
     (BOTH, FUSED_KERNELS),
     (BOTH, HYDRA_FULL_ERROR),
@@ -18,7 +21,8 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "PYTORCH_CUDA_ALLOC_CONF",
             "expandable_segments:True",
-            "less fragmentation with variable-length packed batches; safe in SFT because no vLLM runs",
+            "kit: less fragmentation with variable-length batches; verl 0.6.1 turns it on for its own FSDP training "
+            "phases (verl/utils/device.py:88-94 'to avoid OOM', workers/fsdp_workers.py:746); safe in SFT (no vLLM)",
         ),
     ),
     (
@@ -26,19 +30,29 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "PYTORCH_CUDA_ALLOC_CONF",
             None,
-            "vLLM's sleep-mode CuMemAllocator asserts expandable_segments is off",
+            "vLLM 0.11.0's sleep-mode CuMemAllocator asserts expandable_segments is off (added by "
+            "vllm-project/vllm#14189, dropped only by #40812 after 0.11.0); verl 0.6.1 always uses sleep mode "
+            "(vllm_async_server.py:229) and toggles the setting itself (workers/fsdp_workers.py:698, 746)",
         ),
     ),
-    (RL, EnvVar("VLLM_USE_V1", "1", "verl's async agent-loop server needs the vLLM V1 engine")),
+    (
+        RL,
+        EnvVar(
+            "VLLM_USE_V1",
+            "1",
+            "verl 0.6.1 recipe/retool/run_qwen2_7b_dapo.sh:3; its async server is built on vLLM V1 "
+            "(verl/workers/rollout/vllm_rollout/vllm_async_server.py:39-42)",
+        ),
+    ),
     (
         RL,
         EnvVar(
             "NCCL_CUMEM_ENABLE",
             "0",
-            "avoids hangs in actor-to-rollout weight sync (verl's PPO runtime env sets it only inside Ray workers)",
+            "verl 0.6.1's value for every PPO Ray worker against weight-sync hangs (verl/trainer/constants_ppo.py:"
+            "29-33), which it skips when the driver already has the key (:51-53): set here so both agree",
         ),
     ),
-    (SFT, TOKENIZERS_PARALLELISM),
 )
 
 

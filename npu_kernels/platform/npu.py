@@ -1,9 +1,13 @@
 """Ascend NPUs through torch_npu (Atlas A2 and A3 share this platform; their profiles differ in node shape).
 
-The environment table holds the values of the Ascend ReTool sample, verl's and vllm-ascend's docs, each with its
-reason. Deliberately absent: ``ASCEND_RT_VISIBLE_DEVICES``. The sample hard-codes ``0..15``, but the device mask is
+The environment table holds the values of the Ascend ReTool sample (the reference run), MindSpeed-RL's runtime env
+for verl RL and vllm-ascend v0.11.0's docs and code; each reason names its source (file:line or owner/repo#N), and
+one starting with ``kit:`` marks a value the reference's scripts do not set.
+Deliberately absent: ``ASCEND_RT_VISIBLE_DEVICES``. The sample hard-codes ``0..15``, but the device mask is
 a per-job decision (and Ray rewrites it per actor); exporting it here would silently widen a mask the user narrowed
-on purpose.
+on purpose. ``RAY_DEDUP_LOGS=1`` (the sample's) is Ray's default (ray/_private/ray_constants.py:281, Ray 2.48).
+Also absent: ``TOKENIZERS_PARALLELISM``; verl's SFT trainer sets it to true when imported
+(verl/trainer/fsdp_sft_trainer.py:24) and its PPO runtime env does too (verl/trainer/constants_ppo.py:22).
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ from typing import Any
 
 from npu_kernels.platform.base import (
     HYDRA_FULL_ERROR,
-    TOKENIZERS_PARALLELISM,
     PinnedPackage,
     Platform,
     count_visible,
@@ -30,7 +33,10 @@ _DAVINCI_RE = re.compile(r"^davinci\d+$")
 FUSED_KERNELS = EnvVar(
     "VERL_USE_EXTERNAL_MODULES",
     "npu_kernels.auto",
-    "fused RMSNorm/RoPE/SwiGLU for Qwen2/Qwen3 in every verl process (KIT_FUSED_KERNELS=off disables)",
+    "kit: fused RMSNorm/RoPE/SwiGLU for Qwen2/Qwen3 in every verl process (verl 0.6.1 imports these modules first: "
+    "verl/__init__.py:40-43; tests/kernels/test_worker_hook.py). Numerically not the references' runs (verl's "
+    "npu_patch on NPU, verl/models/transformers/npu_patch.py:198-208; plain transformers on CUDA); "
+    "KIT_FUSED_KERNELS=off disables it",
 )
 
 
@@ -83,28 +89,44 @@ def soc_name() -> str:
         return ""
 
 
+#: Sources the reasons below cite, pinned to the commits read for them (issue 15: every value points to something real).
+#: The Ascend ReTool sample, the reference run on one A3 (line numbers as of that commit).
+_SAMPLE = "hicann/cann-recipes-train@93819a7 agent_rl/qwen3_tool_agent/run_qwen3_4b"
+SAMPLE_SFT = f"{_SAMPLE}_sft_npu.sh"
+SAMPLE_RL = f"{_SAMPLE}_dapo_npu.sh"
+#: MindSpeed-RL's Ray runtime env for its verl-based RL on vLLM 0.11.0.
+MSRL_ENV = "Ascend/MindSpeed-RL@5261416 configs/envs/runtime_env.yaml"
+#: MindSpeed-RL's ReTool RL script for verl (Qwen2.5-7B on one 8-NPU node).
+MSRL_RETOOL = "Ascend/MindSpeed-RL@679b564 tests/verl_examples/retool/run_qwen2_7b_dapo_npu.sh"
+#: vllm-ascend v0.11.0's tuning guide.
+VA_TUNING = "vllm-ascend v0.11.0 docs/source/developer_guide/performance/optimization_and_tuning.md"
+
 #: The process environment per phase (npu_kernels.platform.env), in the order it is rendered.
 ENV_TABLE: EnvTable = (
     (BOTH, FUSED_KERNELS),
     (BOTH, HYDRA_FULL_ERROR),
+    (BOTH, EnvVar("ASCEND_GLOBAL_LOG_LEVEL", "3", f"CANN logs at ERROR only: {SAMPLE_SFT}:30, {SAMPLE_RL}:28")),
     (
         BOTH,
-        EnvVar("ASCEND_GLOBAL_LOG_LEVEL", "3", "CANN logs at ERROR only; INFO/WARN floods disk and slows the host"),
+        EnvVar("ASCEND_SLOG_PRINT_TO_STDOUT", "0", f"CANN logs to files, not stdout: {SAMPLE_SFT}:29, {SAMPLE_RL}:27"),
     ),
-    (BOTH, EnvVar("ASCEND_SLOG_PRINT_TO_STDOUT", "0", "keep CANN device logs out of the trainer's stdout")),
-    (BOTH, EnvVar("ASCEND_GLOBAL_EVENT_ENABLE", "0", "CANN event logging off, as in the sample scripts")),
+    (BOTH, EnvVar("ASCEND_GLOBAL_EVENT_ENABLE", "0", f"CANN event log off: {SAMPLE_SFT}:28, {SAMPLE_RL}:26")),
     (
         BOTH,
-        EnvVar("ASCEND_LAUNCH_BLOCKING", "0", "asynchronous op launch; 1 is a debug aid that serialises every op"),
+        EnvVar(
+            "ASCEND_LAUNCH_BLOCKING",
+            "0",
+            f"asynchronous op launch (1 serialises every op, a debug aid): {SAMPLE_SFT}:24, {SAMPLE_RL}:22",
+        ),
     ),
-    (SFT, EnvVar("HCCL_CONNECT_TIMEOUT", "360", "sample SFT value: torchrun ranks start together, 6 min is ample")),
-    (SFT, EnvVar("HCCL_EXEC_TIMEOUT", "360", "sample SFT value: a collective stuck 6 min in SFT is a real hang")),
+    (SFT, EnvVar("HCCL_CONNECT_TIMEOUT", "360", f"the reference's SFT value: {SAMPLE_SFT}:32")),
+    (SFT, EnvVar("HCCL_EXEC_TIMEOUT", "360", f"the reference's SFT value: {SAMPLE_SFT}:33")),
     (
         RL,
         EnvVar(
             "HCCL_CONNECT_TIMEOUT",
             "1800",
-            "RL ranks reach group setup at different times (model + vLLM loading); MindSpeed-RL value",
+            f"kit: MindSpeed-RL's value for verl RL ({MSRL_ENV}:11); the reference used 360 ({SAMPLE_RL}:30)",
         ),
     ),
     (
@@ -112,16 +134,34 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "HCCL_EXEC_TIMEOUT",
             "3600",
-            "RL ranks wait in collectives across long multi-turn rollouts and weight sync (MindSpeed-RL value)",
+            f"kit: MindSpeed-RL's value for verl RL ({MSRL_ENV}:13); the reference used 360 ({SAMPLE_RL}:31)",
         ),
     ),
-    (BOTH, EnvVar("HCCL_IF_BASE_PORT", "64033", "sample value: keeps HCCL host ports clear of Ray/vLLM/torchrun")),
+    (
+        BOTH,
+        EnvVar(
+            "HCCL_IF_BASE_PORT",
+            "64033",
+            f"{SAMPLE_SFT}:34, {SAMPLE_RL}:32; HCCL's default base is 60000 (vllm-project/vllm-ascend#405)",
+        ),
+    ),
+    (
+        BOTH,
+        EnvVar(
+            "CUDA_DEVICE_MAX_CONNECTIONS",
+            "1",
+            f"{SAMPLE_SFT}:35, {SAMPLE_RL}:34; verl 0.6.1 sets the same for every PPO Ray worker "
+            "(verl/trainer/constants_ppo.py:28)",
+        ),
+    ),
     (
         RL,
         EnvVar(
             "HCCL_HOST_SOCKET_PORT_RANGE",
             "auto",
-            "trainer and vLLM share an NPU: each process needs its own HCCL host ports (verl sets it since PR #4280)",
+            "kit: free HCCL host ports per process on a shared NPU: verl sets it for every Ray worker since "
+            "volcengine/verl#4280 (after 0.6.1, which gave vLLM its own process; verl/trainer/constants_ppo.py:37-38); "
+            "in 0.6.1 vLLM runs inside the training worker (vllm_rollout_spmd.py:581-590): a safeguard, not a fix",
         ),
     ),
     (
@@ -129,7 +169,8 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "HCCL_NPU_SOCKET_PORT_RANGE",
             "auto",
-            "trainer and vLLM share an NPU: each process needs its own HCCL device ports (verl sets it since PR #4280)",
+            "kit: free HCCL device ports per process on a shared NPU: as HCCL_HOST_SOCKET_PORT_RANGE "
+            "(volcengine/verl#4280, verl/trainer/constants_ppo.py:37-38; alibaba/ROLL#421)",
         ),
     ),
     (
@@ -137,19 +178,25 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "HCCL_OP_EXPANSION_MODE",
             "AIV",
-            "collectives on vector cores; sample RL script; fixes all-gather timeouts with many process groups (32B)",
+            f"collectives scheduled by the vector cores, not the AI CPU: {SAMPLE_RL}:33; {VA_TUNING}:171-175",
         ),
     ),
     (
         SFT,
-        EnvVar("TASK_QUEUE_ENABLE", "2", "level-2 op-dispatch pipeline: fastest for eager training (may add memory)"),
+        EnvVar(
+            "TASK_QUEUE_ENABLE",
+            "2",
+            f"kit: level-2 op-dispatch queue ({VA_TUNING}:158-159, {MSRL_ENV}:37); not in the reference ({SAMPLE_SFT})",
+        ),
     ),
     (
         RL,
         EnvVar(
             "TASK_QUEUE_ENABLE",
             "2",
-            "level-2 dispatch pipeline; allowed because the kit's vLLM rollout runs eager (2 breaks ACL graph mode)",
+            f"kit: level-2 op-dispatch queue ({VA_TUNING}:158-159, {MSRL_ENV}:37); needs eager vLLM ({MSRL_ENV}:36), "
+            "hence rollout.enforce_eager=true; the reference left it unset and ran verl's default graph mode "
+            "(verl 0.6.1 verl/trainer/config/rollout/rollout.yaml:38)",
         ),
     ),
     (
@@ -157,17 +204,32 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "VLLM_ENABLE_GRAPH_MODE",
             None,
-            "rollout runs eager here; graph mode would conflict with TASK_QUEUE_ENABLE=2",
+            "read by no vllm-ascend release (v0.7.1rc1..v0.25.1rc1) but set by MindSpeed-RL scripts "
+            f"({MSRL_RETOOL}:7): unset, so a copied 1 cannot contradict eager mode",
         ),
     ),
-    (BOTH, EnvVar("CPU_AFFINITY_CONF", "1", "bind host threads to the NPU's NUMA cores (verl Ascend examples)")),
-    (BOTH, EnvVar("TORCHDYNAMO_DISABLE", "1", "torch.compile is disabled in every Ascend recipe; make it global")),
+    (
+        BOTH,
+        EnvVar(
+            "CPU_AFFINITY_CONF", "1", f"kit: bind host threads to the NPU's cores: {VA_TUNING}:161-162, {MSRL_ENV}:39"
+        ),
+    ),
+    (
+        BOTH,
+        EnvVar(
+            "TORCHDYNAMO_DISABLE",
+            "1",
+            f"kit: the reference runs without torch.compile ({SAMPLE_RL}:111 use_torch_compile=False); MindSpeed-RL's "
+            f"ReTool script sets this variable ({MSRL_RETOOL}:4)",
+        ),
+    ),
     (
         SFT,
         EnvVar(
             "PYTORCH_NPU_ALLOC_CONF",
             "expandable_segments:True",
-            "less fragmentation with variable-length packed batches; safe in SFT because no vLLM runs",
+            "kit: less fragmentation with variable-length batches: vllm-ascend v0.11.0 docs/source/faqs.md:144, "
+            f"{MSRL_ENV}:9; safe in SFT (no vLLM sleep mode); not in the reference ({SAMPLE_SFT})",
         ),
     ),
     (
@@ -175,7 +237,9 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "PYTORCH_NPU_ALLOC_CONF",
             None,
-            "expandable_segments conflicts with vLLM sleep mode (ms-swift #6636; vllm-ascend rl_config strips it)",
+            "verl 0.6.1 always runs vLLM in sleep mode (vllm_async_server.py:229), whose vllm-ascend v0.11.0 "
+            "allocator asserts expandable_segments is off (vllm_ascend/device_allocator/camem.py:147-151; "
+            "modelscope/ms-swift#6636)",
         ),
     ),
     (
@@ -183,19 +247,29 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "VLLM_ASCEND_ENABLE_NZ",
             "0",
-            "FRACTAL_NZ weight layout corrupts RL weight sync: garbled rollouts (vllm-ascend #5747)",
+            "kit: vllm-ascend v0.11.0 defaults it to 1 (vllm_ascend/envs.py:168-169) and then raises in wake_up "
+            "(vllm_ascend/worker/worker_v1.py:183-186), which verl's sleep mode calls every step; "
+            f"vllm-project/vllm-ascend#5747; {MSRL_ENV}:35",
         ),
     ),
-    (RL, EnvVar("VLLM_USE_V1", "1", "verl's async agent-loop server needs the vLLM V1 engine (sample RL script)")),
+    (
+        RL,
+        EnvVar(
+            "VLLM_USE_V1",
+            "1",
+            f"{SAMPLE_RL}:38; verl 0.6.1's async server is built on vLLM V1 (vllm_async_server.py:39-42)",
+        ),
+    ),
     (
         RL,
         EnvVar(
             "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES",
             "1",
-            "keep all NPUs visible in Ray actors; verl then pins LOCAL_RANK itself (verl Ascend FAQ Q1)",
+            "kit: Ray leaves every NPU visible and verl 0.6.1 sets LOCAL_RANK and the device from Ray's NPU ids "
+            "(verl/utils/ray_utils.py:26-46, single_controller/base/worker.py:248-256, vllm_rollout_spmd.py:587-590); "
+            f"{MSRL_ENV}:3; not in the reference ({SAMPLE_RL})",
         ),
     ),
-    (SFT, TOKENIZERS_PARALLELISM),
 )
 
 

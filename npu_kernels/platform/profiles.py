@@ -34,13 +34,18 @@ PLATFORMS: dict[str, Platform] = {p.name: p for p in (NPU, CUDA, CPU)}
 
 @dataclass(frozen=True)
 class Image:
-    """The kit image of a profile: its Dockerfile and the pins.env keys of its base image."""
+    """The kit image of a profile: its Dockerfile, the pins.env keys of its base image, and the pins its Dockerfile
+    takes as build args (the Dockerfiles hold no version; tests/docker checks both sides)."""
 
     dockerfile: str
     base_repo_key: str
     base_tag_key: str
     #: Prefix of the default kit image tag before the base tag (``retool-npu-kit:<prefix><base tag>``).
     tag_prefix: str = ""
+    #: Build-arg names the Dockerfile's ``FROM`` reads the base repo and tag from (default: the pins.env keys).
+    base_args: tuple[str, str] | None = None
+    #: pins.env keys passed as build args of the same name (labels, checks), after the base image's.
+    pin_args: tuple[str, ...] = ()
 
     @property
     def base(self) -> str:
@@ -49,6 +54,12 @@ class Image:
     @property
     def kit_tag(self) -> str:
         return f"retool-npu-kit:{self.tag_prefix}{pins.get(self.base_tag_key)}"
+
+    def pinned_build_args(self) -> dict[str, str]:
+        """Every build arg whose value comes from pins.env: the base image's, then :attr:`pin_args`."""
+        repo_arg, tag_arg = self.base_args or (self.base_repo_key, self.base_tag_key)
+        out = {repo_arg: pins.get(self.base_repo_key), tag_arg: pins.get(self.base_tag_key)}
+        return out | {key: pins.get(key) for key in self.pin_args}
 
 
 @dataclass(frozen=True)
@@ -81,14 +92,33 @@ class HardwareProfile:
         return f"python -m npu_kernels.platform env --phase {phase} --hw {self.name}"
 
 
-_NPU_IMAGE_A2 = Image("docker/Dockerfile.npu", "VLLM_ASCEND_IMAGE", "VLLM_ASCEND_TAG_A2")
-_NPU_IMAGE_A3 = Image("docker/Dockerfile.npu", "VLLM_ASCEND_IMAGE", "VLLM_ASCEND_TAG_A3")
-_CUDA_IMAGE = Image("docker/Dockerfile.cuda", "VLLM_CUDA_IMAGE", "VLLM_CUDA_TAG", tag_prefix="cuda-")
+_IMAGE_PINS = ("VERL_VERSION", "VLLM_VERSION")
+_NPU_IMAGE_PINS = (*_IMAGE_PINS, "CANN_VERSION", "VLLM_ASCEND_VERSION", "NPU_TORCH_VERSION", "TORCH_NPU_VERSION")
+_NPU_BASE_ARGS = ("VLLM_ASCEND_IMAGE", "VLLM_ASCEND_TAG")
+_NPU_IMAGE_A2 = Image(
+    "docker/Dockerfile.npu", "VLLM_ASCEND_IMAGE", "VLLM_ASCEND_TAG_A2", "", _NPU_BASE_ARGS, _NPU_IMAGE_PINS
+)
+_NPU_IMAGE_A3 = Image(
+    "docker/Dockerfile.npu", "VLLM_ASCEND_IMAGE", "VLLM_ASCEND_TAG_A3", "", _NPU_BASE_ARGS, _NPU_IMAGE_PINS
+)
+_CUDA_IMAGE = Image("docker/Dockerfile.cuda", "VLLM_CUDA_IMAGE", "VLLM_CUDA_TAG", "cuda-", pin_args=_IMAGE_PINS)
+# Same Dockerfile and base; its own tag, since the image records the profile it was built for (KIT_HW).
+_H200_IMAGE = Image("docker/Dockerfile.cuda", "VLLM_CUDA_IMAGE", "VLLM_CUDA_TAG", "h200-", pin_args=_IMAGE_PINS)
 
 PROFILES: dict[str, HardwareProfile] = {
-    "a2": HardwareProfile("a2", NPU, 8, 64, "Atlas A2 (910B): 8 NPUs per node", _NPU_IMAGE_A2),
+    "a2": HardwareProfile(
+        "a2",
+        NPU,
+        8,
+        64,
+        "Atlas A2 (910B): 8 NPUs per node; an extrapolation, the reference runs are on A3",
+        _NPU_IMAGE_A2,
+    ),
     "a3": HardwareProfile("a3", NPU, 16, 64, "Atlas A3: 8 chips x 2 dies = 16 logical NPUs per node", _NPU_IMAGE_A3),
     "cuda": HardwareProfile("cuda", CUDA, 8, 80, "8 x 80 GB GPUs (A100/H100 class)", _CUDA_IMAGE),
+    # One 8 x H200 box: the single-node layout of Bojie Li's ReTool walkthrough (github bojieli/verl,
+    # recipe/retool/run_qwen2-32b_{sft,dapo}.sh: nnodes=1, 8 GPUs), the box people reproduce the 32B recipe on.
+    "h200": HardwareProfile("h200", CUDA, 8, 141, "8 x 141 GB H200 GPUs in one node", _H200_IMAGE),
     "cpu": HardwareProfile("cpu", CPU, None, None, "plain CPU: smoke tests; ranks are processes, not devices"),
 }
 PROFILE_NAMES: tuple[str, ...] = tuple(PROFILES)

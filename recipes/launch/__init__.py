@@ -6,11 +6,20 @@ Modules, in the order a launch uses them:
 * :mod:`recipes.launch.inputs`: environment inputs (MODEL_PATH, DATA_DIR, CKPT_DIR, RETOOL_SANDBOX_URL) and defaults;
 * :mod:`recipes.launch.compose`: Hydra composition against verl's config dir, and verl's own validation;
 * :mod:`recipes.launch.checks` / :mod:`recipes.launch.paths`: the kit's layout, batch, path and sandbox checks;
+  :mod:`recipes.launch.mounts`: a checkpoint dir on a container's own (overlay) root filesystem;
+* :mod:`recipes.launch.budget`: steps (against the reference result's step) and checkpoint disk use;
+  :mod:`recipes.launch.memory`: per-device memory of training and of vLLM against the profile's devices;
+  :mod:`recipes.launch.capacity`: tool calls in flight per sandbox against its capacity;
 * :mod:`recipes.launch.plan`: all of the above into one :class:`~recipes.launch.plan.Plan` and the exact command;
 * :mod:`recipes.launch.report`: the dry-run table;
-* :mod:`recipes.launch.cli`: ``python -m recipes.launch`` (what ``recipes/run_*.sh`` call);
+* :mod:`recipes.launch.cli`: ``python -m recipes.launch`` / ``retool-launch`` (``recipes/run_*.sh`` exec ``run``);
 * :mod:`recipes.launch.handoff`: SFT checkpoint -> merged HF model for RL (``scripts/sft_to_rl.sh``);
-* :mod:`recipes.launch.cluster`: Ray cluster start arguments and status (``scripts/ray_cluster.sh``).
+* multi-node: :mod:`recipes.launch.cluster` (``scripts/ray_cluster.sh``: head/worker/status/stop, the all-nodes
+  and per-node sandbox checks), :mod:`recipes.launch.ray_node` (``ray start`` with the profile's environment),
+  :mod:`recipes.launch.node_sandbox` (one sandbox per node), :mod:`recipes.launch.nodenet` (the node's address and
+  interface, the socket-interface variables of both launchers), :mod:`recipes.launch.multinode` (torchrun
+  rendezvous checks);
+* :mod:`recipes.launch.containers`: the ``docker run`` command of ``docker/run_*.sh`` (mounts of the data roots).
 
 Keep this file free of imports: the shell entry points import submodules directly.
 """

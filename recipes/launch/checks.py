@@ -9,17 +9,16 @@ be ignored without a word).
 
 from __future__ import annotations
 
-import inspect
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from recipes.launch.catalog import KIT_ROOT, ModelFacts
-
-KIT_REWARD = KIT_ROOT / "recipes" / "retool" / "reward.py"
+from recipes.launch import trace
+from recipes.launch.catalog import ModelFacts
+from recipes.retool import REWARD_PATH
 
 
 @dataclass(frozen=True)
@@ -121,34 +120,46 @@ def check_rl(cfg: DictConfig, heads: Heads) -> list[str]:
             "actor_rollout_ref.model.use_fused_kernels=True with Ulysses SP > 1 scores the last token of every SP "
             "shard against the wrong label in verl 0.6.1 (verl #3512/#6068): keep it off or use SP 1"
         )
+    if arr.rollout.mode == "async" and not arr.rollout.get("free_cache_engine", True):
+        errors.append(
+            "actor_rollout_ref.rollout.free_cache_engine=False: verl 0.6.1's agent loop then never wakes the rollout, "
+            "and waking it is what syncs the actor's weights (verl/experimental/agent_loop/agent_loop.py:759-762), so "
+            "every step would sample from the initial model (verl issue #4147, fixed upstream by PR #4248): keep True"
+        )
     if not arr.rollout.multi_turn.enable or arr.rollout.mode != "async":
         errors.append(
             "ReTool needs the agent loop: actor_rollout_ref.rollout.mode=async and multi_turn.enable=True "
             "(the reward reads the turn count only the agent loop reports)"
         )
     errors += check_reward_kwargs(cfg)
+    errors += check_job_env(cfg)
+    errors += trace.problems(cfg)
     return errors
+
+
+def check_job_env(cfg: DictConfig) -> list[str]:
+    """Ray refuses a runtime_env whose env_vars are not ``Dict[str, str]`` (a TypeError inside ``ray.init``, after
+    the driver has started); Hydra turns ``...env_vars.X=1`` into an int, so ask for quotes up front."""
+    env_vars = OmegaConf.select(cfg, "ray_kwargs.ray_init.runtime_env.env_vars") or {}
+    return [
+        f"ray_kwargs.ray_init.runtime_env.env_vars.{name}={value!r} is not a string: Ray takes only strings there; "
+        f"quote it: '+ray_kwargs.ray_init.runtime_env.env_vars.{name}=\"{value}\"'"
+        for name, value in env_vars.items()
+        if not isinstance(value, str)
+    ]
 
 
 def check_reward_kwargs(cfg: DictConfig) -> list[str]:
-    """Keyword arguments given to the kit's reward must be ones it takes (it swallows unknown ones for verl)."""
+    """Keyword arguments given to the kit's reward must be ones it takes (it swallows unknown ones for verl), with
+    values it accepts: the reward's own validator (``recipes.retool.reward.reward_kwargs_problems``) decides."""
     reward = cfg.get("custom_reward_function") or {}
     path = reward.get("path")
-    if not path or Path(path).resolve() != KIT_REWARD:
+    if not path or Path(path).resolve() != REWARD_PATH:
         return []
-    from recipes.retool.reward import SHAPINGS, compute_score
+    from recipes.retool.reward import reward_kwargs_problems
 
-    known = {
-        name
-        for name, param in inspect.signature(compute_score).parameters.items()
-        if param.kind is inspect.Parameter.KEYWORD_ONLY
-    }
     kwargs: dict[str, Any] = dict(reward.get("reward_kwargs") or {})
-    errors = [
-        f"custom_reward_function.reward_kwargs.{key}: the kit's reward takes {', '.join(sorted(known))}"
-        for key in sorted(set(kwargs) - known)
+    return [
+        f"custom_reward_function.reward_kwargs.{problem}"
+        for problem in reward_kwargs_problems(kwargs, unknown_keys=True)
     ]
-    shaping = kwargs.get("shaping")
-    if shaping is not None and shaping not in SHAPINGS:
-        errors.append(f"custom_reward_function.reward_kwargs.shaping={shaping}: one of {', '.join(SHAPINGS)}")
-    return errors

@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--argv", action="store_true", help="print the command one argument per line (run scripts)")
     plan.add_argument("--no-path-check", action="store_true", help="skip model/data/checkpoint/sandbox checks")
     _add_scale_option(plan)
+    _add_parity_option(plan)
     plan.add_argument("overrides", nargs="*", help="Hydra overrides for verl (after --)")
     sub.add_parser("list", help="list the recipes and their run scripts")
     # parsed by build_run_parser(): options may follow the overrides, which needs parse_intermixed_args
@@ -90,8 +91,18 @@ def build_run_parser() -> argparse.ArgumentParser:
         "--no-path-check", action="store_true", help="skip the model/data/checkpoint/sandbox checks (plan elsewhere)"
     )
     _add_scale_option(run)
+    _add_parity_option(run)
     run.add_argument("overrides", nargs="*", help="Hydra overrides for verl (key=value)")
     return run
+
+
+def _add_parity_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--parity",
+        action="store_true",
+        help="run the reference configuration on the kit's stack: fused kernels off, answers checked by verl's "
+        "math_dapo, tool output <= 256 chars, tool memory 1024 MB (recipes/launch/parity.py)",
+    )
 
 
 def _add_scale_option(parser: argparse.ArgumentParser) -> None:
@@ -126,6 +137,7 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
                 hw,
                 args.overrides,
                 scale=args.scale,
+                parity=args.parity,
                 path_check=not args.no_path_check,
                 for_launch=not args.dry_run,
                 environ=env,
@@ -164,6 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.hw,
                 args.overrides,
                 scale=args.scale,
+                parity=args.parity,
                 path_check=not args.no_path_check,
                 for_launch=args.argv,
             )

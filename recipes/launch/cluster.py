@@ -1,48 +1,36 @@
-"""Ray cluster facts for ``scripts/ray_cluster.sh``: ``ray start`` device arguments, and the "all nodes joined" check.
+"""``scripts/ray_cluster.sh`` (``python -m recipes.launch.cluster``): the kit's multi-node Ray, in Python.
 
-Why explicit device counts: Ray counts NPUs with pyACL and falls back to ``glob('/dev/davinci?')``, which sees only
-davinci0..9, so an A3 node whose CANN environment was not sourced joins with 10 of its 16 dies and verl then waits
-forever for a placement group. The kit counts devices itself (:meth:`npu_kernels.platform.npu.NpuPlatform.device_count`)
-and passes ``--resources='{"NPU": N}'``; ``status`` then checks what the cluster really has against the profile.
+    bash scripts/ray_cluster.sh head|worker [--hw PROFILE] [--with-sandbox] [--dry-run] ...
+    bash scripts/ray_cluster.sh status --hw a3 --nodes 2 [--address HOST:PORT]
+    bash scripts/ray_cluster.sh stop
 
-    python -m recipes.launch.cluster start-args --hw a3 [--dry-run]
-    python -m recipes.launch.cluster status --hw a3 --nodes 2 [--address HOST:PORT]
+``head``/``worker``/``stop`` are :mod:`recipes.launch.ray_node`; this module holds the checks on a running cluster,
+which the launcher's multi-node RL pre-flight also calls (:mod:`recipes.launch.plan`):
+
+* every node joined with the profile's devices. Ray counts NPUs with pyACL and falls back to
+  ``glob('/dev/davinci?')``, which sees only davinci0..9, so an A3 node whose CANN environment was not sourced joins
+  with 10 of its 16 dies and verl then waits forever for a placement group; ``ray_cluster.sh`` passes the kit's own
+  count and ``status`` checks what the cluster really has against the profile;
+* every node reaches the code sandbox (:func:`sandbox_reach_problems`): verl 0.6.1 runs agent-loop workers on every
+  node, so a sandbox URL only the head can reach turns half the tool calls into "sandbox unavailable" (issue 14).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import socket
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from npu_kernels.platform import PROFILE_NAMES, PROFILES
+from npu_kernels.platform import PROFILES, default_hardware
 
-EXIT_OK, EXIT_FAILED = 0, 1
-
-
-def start_args(hw: str, dry_run: bool = False) -> tuple[list[str], list[str]]:
-    """(``ray start`` arguments that declare this node's devices, notes for the user)."""
-    profile = PROFILES[hw]
-    platform = profile.platform
-    notes: list[str] = []
-    if not profile.devices_per_node:  # ranks are processes (cpu): nothing to count
-        return platform.ray_start_args(0), notes
-    count = platform.device_count()
-    expected = profile.devices_per_node
-    if count == 0:
-        if not dry_run:
-            raise RuntimeError(
-                f"no {platform.ray_resource} device visible on this node (profile {hw}); "
-                "is CANN's set_env.sh sourced and are the /dev/davinci* devices mapped into the container?"
-            )
-        notes.append(f"no {platform.ray_resource} here (dry run): showing the profile's {expected} per node")
-        count = expected
-    elif count != expected:
-        notes.append(f"this node has {count} {platform.ray_resource} devices, profile {hw} expects {expected}")
-    return platform.ray_start_args(count), notes
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -146,28 +134,221 @@ def status(hw: str, expected_nodes: int, address: str | None) -> int:
     return EXIT_FAILED if problems else EXIT_OK
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m recipes.launch.cluster", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    start = sub.add_parser("start-args", help="print `ray start` device arguments for this node, one per line")
-    start.add_argument("--hw", required=True, choices=PROFILE_NAMES)
-    start.add_argument("--dry-run", action="store_true", help="no devices here is not an error")
-    stat = sub.add_parser("status", help="check that all nodes joined with the expected devices")
-    stat.add_argument("--hw", required=True, choices=PROFILE_NAMES)
-    stat.add_argument("--nodes", type=int, default=1, help="expected number of nodes (default 1)")
-    stat.add_argument("--address", help="Ray address (default: auto, the cluster this node belongs to)")
-    args = parser.parse_args(argv)
-    if args.command == "status":
-        return status(args.hw, args.nodes, args.address)
+# -- every node reaches the sandbox ------------------------------------------------------------------------------
+
+#: (the sandbox's /health URL, Ray address, seconds per GET) -> {node: None if it answered, else why not}.
+NodeProbe = Callable[[str, str | None, float], dict[str, str | None]]
+
+
+def health_url_of(url: str) -> str:
+    """The /health URL of the sandbox serving ``url`` (a /run_code URL)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}/health"
+
+
+def probe_every_node(health_url: str, address: str | None, timeout_s: float) -> dict[str, str | None]:
+    """GET ``health_url`` from every live node of the Ray cluster, one task pinned to each node.
+
+    The task is a nested function so Ray ships it by value (the nodes need not import the kit), asks no CPU (it runs
+    next to anything), and answers None when any HTTP answer came back (the sandbox is reachable) or the error.
+    """
+    import ray
+    from ray.exceptions import GetTimeoutError
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    def get(url: str, timeout: float) -> str | None:
+        import urllib.error
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(url, timeout=timeout):  # noqa: S310  (the recipe's own sandbox URL)
+                return None
+        except urllib.error.HTTPError:
+            return None  # it answered: reachable (a SandboxFusion without /health answers 404)
+        except Exception as exc:  # noqa: BLE001  (refused, timeout, no route, no such name: all "cannot reach")
+            return f"{type(exc).__name__}: {exc}"
+
+    ray.init(address=reachable_address(address), logging_level="ERROR", log_to_driver=False)
     try:
-        words, notes = start_args(args.hw, args.dry_run)
-    except RuntimeError as exc:
+        task = ray.remote(num_cpus=0, max_retries=0)(get)
+        pending = {}
+        for node in ray.nodes():
+            if not node.get("Alive"):
+                continue
+            label = f"{node.get('NodeManagerAddress', '?')} ({node.get('NodeManagerHostname', '?')})"
+            strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
+            pending[label] = task.options(scheduling_strategy=strategy).remote(health_url, timeout_s)
+        deadline = time.monotonic() + timeout_s + 60  # + a worker process starting on each node
+        answers: dict[str, str | None] = {}
+        for label, ref in pending.items():
+            try:
+                answers[label] = ray.get(ref, timeout=max(1.0, deadline - time.monotonic()))
+            except GetTimeoutError:
+                ray.cancel(ref, force=True)
+                answers[label] = f"the check did not finish within {timeout_s + 60:.0f} s"
+            except Exception as exc:  # noqa: BLE001  (the task itself failed on that node)
+                answers[label] = f"the check failed there: {type(exc).__name__}: {exc}"
+        return answers
+    finally:
+        ray.shutdown()
+
+
+def sandbox_reach_problems(
+    url: str, address: str | None, timeout_s: float = 10.0, probe: NodeProbe | None = None
+) -> list[str]:
+    """One line per Ray node that cannot GET the sandbox's /health (the launcher's multi-node RL pre-flight)."""
+    from recipes.launch.capacity import is_loopback
+
+    health = health_url_of(url)
+    try:
+        answers = (probe or probe_every_node)(health, address, timeout_s)
+    except Exception as exc:  # noqa: BLE001  (no cluster, ray.init failed: one line, not a traceback)
+        return [f"could not ask the Ray nodes whether they reach {health} ({type(exc).__name__}: {exc})"]
+    if not answers:
+        return [f"no live Ray node to check {health} from"]
+    fix = (
+        "start one sandbox per node (scripts/ray_cluster.sh head|worker --with-sandbox)"
+        if is_loopback(url)
+        else "serve the sandbox on an address every node reaches (retool-sandbox serve --host 0.0.0.0) or start one "
+        "per node (scripts/ray_cluster.sh head|worker --with-sandbox) and use http://127.0.0.1:<port>/run_code"
+    )
+    return [
+        f"node {node} cannot reach the sandbox: GET {health}: {why}; {fix}"
+        for node, why in sorted(answers.items())
+        if why is not None
+    ]
+
+
+# -- the CLI -----------------------------------------------------------------------------------------------------
+
+EPILOG = """\
+Typical 2 x A3 session (Qwen2.5-32B RL), one sandbox per node:
+  node0$ bash scripts/ray_cluster.sh head --hw a3 --with-sandbox
+  node1$ bash scripts/ray_cluster.sh worker --hw a3 --address <node0-ip>:6379 --with-sandbox
+  node0$ bash scripts/ray_cluster.sh status --hw a3 --nodes 2
+  node0$ RETOOL_SANDBOX_URL=http://127.0.0.1:8080/run_code bash recipes/run_qwen2.5_32b_dapo_npu.sh --hw a3
+
+head/worker set, before `ray start`: the profile's RL environment and PYTHONPATH (what every Ray worker inherits),
+the platform's socket-interface variables (HCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME/TP_SOCKET_IFNAME on NPU,
+NCCL_SOCKET_IFNAME/... on CUDA) to the interface that carries the node address, and the device count explicitly.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from npu_kernels.platform.cli import add_profile_option
+    from recipes.launch import node_sandbox, ray_node
+
+    parser = argparse.ArgumentParser(
+        prog="bash scripts/ray_cluster.sh",
+        description="Multi-node Ray for the kit's RL recipes: start the head, join workers, check that every node "
+        "joined with its devices, stop.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "command",
+        choices=("head", "worker", "status", "stop"),
+        help="head: start the Ray head here (run first, on the node that launches the recipe); worker: join the "
+        "head (--address); status: live nodes == --nodes, each with the profile's devices, else exit 1; stop: this "
+        "node's kit sandbox, then `ray stop` (every Ray process of this user here)",
+    )
+    add_profile_option(parser, "hardware profile (default: KIT_HW, else this machine's)")
+    parser.add_argument(
+        "--address",
+        default=os.environ.get("RAY_HEAD_ADDRESS", "").strip() or None,
+        help="worker: the head's HOST[:PORT]; status: the cluster (default $RAY_HEAD_ADDRESS, else this node's)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=os.environ.get("RAY_PORT", "").strip() or str(ray_node.DEFAULT_PORT),  # a string: argparse checks it
+        help="head: GCS port; worker: the head's when --address has none (default $RAY_PORT, else %(default)s)",
+    )
+    parser.add_argument(
+        "--node-ip",
+        help="this node's address (default: head: the first of `hostname -I`; worker: the source address of the "
+        "route to the head)",
+    )
+    parser.add_argument(
+        "--ifname",
+        help="socket interface for collectives (default: $KIT_IFNAME, else the interface that holds the node "
+        "address); sets every socket-interface variable, even ones already set",
+    )
+    parser.add_argument("--nodes", type=int, default=1, help="status: expected number of nodes (default 1)")
+    parser.add_argument(
+        "--dashboard-public",
+        action="store_true",
+        help="head: Ray dashboard on 0.0.0.0 instead of 127.0.0.1. Its job API runs code without authentication "
+        "for anyone who reaches the port: trusted networks only",
+    )
+    parser.add_argument(
+        "--with-sandbox",
+        action="store_true",
+        help="head/worker: also start a kit sandbox on 127.0.0.1:--sandbox-port here, so a loopback "
+        "RETOOL_SANDBOX_URL is right on every node (stop ends it)",
+    )
+    parser.add_argument(
+        "--sandbox-port", type=int, default=node_sandbox.DEFAULT_PORT, help="the per-node sandbox's port (%(default)s)"
+    )
+    parser.add_argument(
+        "--sandbox-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an option for `retool-sandbox serve` (repeatable), e.g. --sandbox-arg=--max-queue=1024",
+    )
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        help=f"node-local directory for the sandbox's pid and log files (default ${node_sandbox.RUN_DIR_ENV}, else "
+        f"{node_sandbox.default_run_dir()})",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="head/worker/stop: print what would be done; start nothing"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from recipes.launch import node_sandbox, ray_node
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        hw = args.profile or default_hardware()
+    except ValueError as exc:  # a bad KIT_HW
+        print(f"ray_cluster: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.dashboard_public and args.command != "head":
+        parser.error("--dashboard-public is for head only")
+    if args.with_sandbox and args.command not in ("head", "worker"):
+        parser.error("--with-sandbox is for head and worker (stop ends the sandbox it started)")
+    if any(arg.split("=")[0] in ("--host", "--port") for arg in args.sandbox_arg):
+        parser.error("--sandbox-arg cannot move the sandbox: it listens on 127.0.0.1:--sandbox-port")
+    if args.command == "status":
+        return status(hw, args.nodes, args.address)
+    run_dir = args.run_dir or node_sandbox.default_run_dir()
+    try:
+        if args.command == "stop":
+            return ray_node.stop_node(run_dir, args.dry_run)
+        box = (
+            node_sandbox.NodeSandbox(args.sandbox_port, run_dir, tuple(args.sandbox_arg)) if args.with_sandbox else None
+        )
+        request = ray_node.NodeRequest(
+            role=args.command,
+            hw=hw,
+            port=args.port,
+            address=args.address,
+            node_ip=args.node_ip,
+            ifname=args.ifname,
+            dry_run=args.dry_run,
+            dashboard_public=args.dashboard_public,
+            sandbox=box,
+        )
+        return ray_node.start_node(request)
+    except ray_node.NodeError as exc:
         print(f"ray_cluster: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    for note in notes:
-        print(f"ray_cluster: note: {note}", file=sys.stderr)
-    print("\n".join(words))
-    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -55,14 +55,32 @@ def check_data(path: str, source: Input | None, phase: str) -> list[Problem]:
 
 
 def check_ckpt_dir(path: str, source: Input | None) -> list[Problem]:
-    """The trainer creates the folder; its nearest existing parent must be writable."""
+    """The trainer creates the folder; its nearest existing parent must be writable, and it must not lie on a
+    container's own root filesystem, where checkpoints vanish with the container (recipes/launch/mounts.py), unless
+    KIT_ALLOW_EPHEMERAL_CKPT=1 says that is meant."""
+    from recipes.launch import mounts
+
     where = Path(path)
     parent = where
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK):
         return [Problem(f"checkpoint dir {_named(path, source)}: {parent} is not a writable folder")]
-    return []
+    root = mounts.container_root_of(path)
+    if root is None:
+        return []
+    where_it_is = f"checkpoint dir {_named(path, source)} is on this container's own filesystem ({root.fstype} /)"
+    if os.environ.get(mounts.EPHEMERAL_CKPT_ENV, "").strip() == "1":
+        return [
+            Problem(f"{where_it_is}: its checkpoints go when the container goes ({mounts.EPHEMERAL_CKPT_ENV}=1)", False)
+        ]
+    return [
+        Problem(
+            f"{where_it_is}: its checkpoints vanish when the container is removed\n  -> start the container with "
+            "docker/run_npu.sh or run_cuda.sh (they mount CKPT_ROOT, MODELS_DIR and DATA_DIR at the same path), or "
+            f"point CKPT_DIR/CKPT_ROOT at a mounted host folder; {mounts.EPHEMERAL_CKPT_ENV}=1 allows it anyway"
+        )
+    ]
 
 
 def check_sandbox(url: str, source: Input | None, timeout_s: float = 5.0) -> list[Problem]:

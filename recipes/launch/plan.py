@@ -19,17 +19,19 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from npu_kernels.platform import PROFILES, current_platform
-from recipes.launch import checks, cluster, compose, inputs, paths
-from recipes.launch.catalog import CONFIG_DIR, KIT_ROOT, Recipe
+from recipes.launch import budget, checks, cluster, compose, inputs, memory, paths, trace
+from recipes.launch import parity as parity_settings
+from recipes.launch.catalog import CONFIG_DIR, Recipe
 from recipes.launch.compose import ConfigError
+from recipes.retool import REWARD_PATH, TOOL_CONFIG_PATH
 
 SFT_ENTRY = "verl.trainer.fsdp_sft_trainer"
 RL_ENTRY = "verl.trainer.main_ppo"
-KIT_REWARD_PATH = KIT_ROOT / "recipes" / "retool" / "reward.py"
-KIT_TOOL_CONFIG = KIT_ROOT / "recipes" / "retool" / "code_interpreter.yaml"
 DEFAULT_MASTER_PORT = "29500"
 
 _SAFE_VALUE = re.compile(r"[\w./:@+\-]+")
+#: Plain values Hydra's override grammar types as int, float, bool or null (case-insensitive, as Hydra reads them).
+_NON_STRING = re.compile(r"[+-]?(\d[\d_]*(\.\d*)?([eE][+-]?\d+)?|\.\d+|inf|nan)|true|false|null", re.IGNORECASE)
 _KEY = re.compile(r"^(?:~|\+\+|\+)?([^=]+)=")
 
 
@@ -37,10 +39,13 @@ class UsageError(Exception):
     """The request itself is wrong (not the config): unknown recipe/profile, a `profile=` override, ..."""
 
 
-def hydra_override(key: str, value: object) -> str:
-    """``key=value`` in Hydra's override grammar; values outside a safe character set are single-quoted."""
+def hydra_override(key: str, value: object, *, string: bool = False) -> str:
+    """``key=value`` in Hydra's override grammar; values outside a safe character set are single-quoted.
+
+    ``string``: also quote what Hydra would type as a number, bool or null, so ``1024`` stays a string (Ray refuses a
+    runtime_env whose env_vars are not ``Dict[str, str]``)."""
     text = str(value)
-    if _SAFE_VALUE.fullmatch(text):
+    if _SAFE_VALUE.fullmatch(text) and not (string and _NON_STRING.fullmatch(text)):
         return f"{key}={text}"
     escaped = text.replace("\\", "\\\\").replace("'", "\\'")
     return f"{key}='{escaped}'"
@@ -60,6 +65,7 @@ class Plan:
     hw: str
     scale: str = "full"  # the config group's choice as Hydra made it (profile/cpu.yaml defaults it to smoke)
     scale_given: bool = False  # chosen on the command line (--scale), not the profile's default
+    parity: bool = False  # --parity: every kit numerical change off (recipes.launch.parity)
     argv: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # set for the command only (shown as an `env` prefix)
     cfg: DictConfig | None = None  # resolved
@@ -68,6 +74,10 @@ class Plan:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     rows_in_train: int | None = None
+    steps: int | None = None  # what the trainer will run (budget.planned_steps), None when not knowable here
+    checkpoints: budget.CheckpointBudget | None = None
+    free_at_ckpt: tuple[int, Path] | None = None  # (bytes, where) when the checkpoint root was checked
+    memory: memory.MemoryEstimate | None = None  # per device, on profiles with a known memory per device
 
     @property
     def command(self) -> list[str]:
@@ -100,13 +110,14 @@ def _check_user_overrides(user: Sequence[str]) -> set[str]:
     return keys
 
 
+#: Variables every Ray worker of an RL job must see when set here: the fused-kernel hook and its switches
+#: (npu_kernels.auto reads them in every process), and the parity settings of the tool.
+_RL_JOB_VARS = ("VERL_USE_EXTERNAL_MODULES", "KIT_FUSED_KERNELS", "KIT_FUSED_OPS", *parity_settings.RL_JOB_ENV)
+
+
 def _rl_job_env(environ: Mapping[str, str]) -> dict[str, str]:
     """Variables every Ray worker of the job must see, whichever node it lands on."""
-    out = {}
-    modules = environ.get("VERL_USE_EXTERNAL_MODULES", "").strip()
-    if modules:
-        out["VERL_USE_EXTERNAL_MODULES"] = modules
-    return out
+    return {name: environ[name].strip() for name in _RL_JOB_VARS if environ.get(name, "").strip()}
 
 
 def build(
@@ -115,6 +126,7 @@ def build(
     user_overrides: Sequence[str] = (),
     *,
     scale: str | None = None,
+    parity: bool = False,
     path_check: bool = True,
     for_launch: bool = False,
     environ: Mapping[str, str] | None = None,
@@ -127,7 +139,10 @@ def build(
         raise UsageError(f"unknown hardware profile {hw!r}; choose one of {', '.join(PROFILES)}")
     user = list(user_overrides)
     user_keys = _check_user_overrides(user)
-    plan = Plan(recipe, hw, scale_given=scale is not None)
+    plan = Plan(recipe, hw, scale_given=scale is not None, parity=parity)
+    if parity:  # the reference's numerics on the kit's stack (recipes.launch.parity)
+        environ = {**environ, **parity_settings.ENV, **(parity_settings.RL_JOB_ENV if recipe.phase == "rl" else {})}
+        plan.env.update(parity_settings.ENV)
     device = _device_overrides(recipe, hw) + ([f"scale={scale}"] if scale else [])
 
     # First composition: what the choices and the user's overrides make of the experiment name (it names
@@ -143,10 +158,11 @@ def build(
     ours = device + [hydra_override(i.override_key, i.value) for i in plan.inputs]
     if recipe.phase == "rl":
         ours += [
-            hydra_override("custom_reward_function.path", KIT_REWARD_PATH),
-            hydra_override("actor_rollout_ref.rollout.multi_turn.tool_config_path", KIT_TOOL_CONFIG),
+            hydra_override("custom_reward_function.path", REWARD_PATH),
+            hydra_override("actor_rollout_ref.rollout.multi_turn.tool_config_path", TOOL_CONFIG_PATH),
         ]
-        ours += [hydra_override(f"+{inputs.RL_ENV_KEY}.{k}", v) for k, v in _rl_job_env(environ).items()]
+        ours += [hydra_override(f"+{inputs.RL_ENV_KEY}.{k}", v, string=True) for k, v in _rl_job_env(environ).items()]
+        ours += list(parity_settings.RL_OVERRIDES) if parity else []
 
     ckpt = inputs.ckpt_input(str(first.trainer.experiment_name), environ)
     plan.inputs.append(ckpt)
@@ -154,7 +170,10 @@ def build(
     ckpt_dir = str(first.trainer.default_local_dir) if ckpt.key in user_keys else ckpt.value
     tensorboard = environ.get("TENSORBOARD_DIR", "").strip() or str(Path(ckpt_dir) / "tensorboard")
     if recipe.phase == "rl":
-        ours.append(hydra_override(f"+{inputs.RL_ENV_KEY}.TENSORBOARD_DIR", tensorboard))
+        ours.append(hydra_override(f"+{inputs.RL_ENV_KEY}.TENSORBOARD_DIR", tensorboard, string=True))
+        traces = trace.job_env(first, ckpt_dir, environ)  # rollout traces kept with the run (recipes.launch.trace)
+        ours += [hydra_override(f"+{inputs.RL_ENV_KEY}.{k}", v, string=True) for k, v in traces.items()]
+        plan.env.update(traces)
     plan.env["TENSORBOARD_DIR"] = tensorboard  # verl's tracker default is ./tensorboard_log: keep it with the run
 
     overrides = _without(ours, user_keys) + user
@@ -164,14 +183,16 @@ def build(
         plan.errors.append(f"the config does not compose (Hydra, as verl would run it):\n{exc}")
         return plan
     plan.inputs = [_effective(item, plan.cfg, user_keys) for item in plan.inputs]
+    plan.rows_in_train = paths.parquet_rows(_as_list(plan.cfg.data.train_files))
     _validate(plan)
+    _check_budget(plan, path_check)
+    _check_memory(plan)
     if path_check:
         _check_paths(plan)
     if for_launch:
         _check_this_machine(plan, environ)
     else:
         _multi_node_notes(plan, environ)
-    plan.rows_in_train = paths.parquet_rows(_as_list(plan.cfg.data.train_files))
     plan.argv = _argv(plan, overrides, environ)
     return plan
 
@@ -215,6 +236,73 @@ def _validate(plan: Plan) -> None:
     plan.checked.append(f"kit layout/batch checks (heads: {heads.attention}/{heads.kv} from {heads.source})")
 
 
+def _check_budget(plan: Plan, path_check: bool) -> None:
+    """Steps, the reference step, checkpoint disk and resume: what otherwise only fails (or disappoints) late."""
+    cfg = plan.cfg
+    assert cfg is not None
+    phase = plan.recipe.phase
+    plan.steps = budget.planned_steps(cfg, phase, plan.rows_in_train)
+    if plan.steps == 0:
+        _, how = budget.steps_per_epoch(cfg, phase, plan.rows_in_train)
+        plan.errors.append(
+            f"the run would train 0 steps ({how}, {cfg.trainer.total_epochs} epoch(s)): use more training rows "
+            "or a smaller data.train_batch_size"
+        )
+    result = plan.recipe.reference_result
+    if result and plan.steps is not None and 0 < plan.steps < result.step:
+        plan.warnings.append(
+            f"{plan.steps} planned steps fall short of step {result.step}, where the reference result "
+            f"({result.metric} {result.value:.2f}, {result.source}) was reported: raise trainer.total_epochs "
+            "or trainer.total_training_steps to compare with it"
+        )
+    model = str(OmegaConf.select(cfg, inputs.model_key(plan.recipe)))
+    params = budget.model_parameters(model)
+    source = model if params else f"{plan.recipe.model.hf_name} (recipe table)"
+    plan.checkpoints = budget.checkpoint_budget(cfg, phase, plan.steps, params or plan.recipe.model.parameters, source)
+    if not path_check:
+        return
+    plan.free_at_ckpt = budget.free_bytes(str(cfg.trainer.default_local_dir))
+    need = plan.checkpoints.total
+    if plan.free_at_ckpt and need and need > plan.free_at_ckpt[0]:
+        free, where = plan.free_at_ckpt
+        keep_key = "max_ckpt_to_keep" if phase == "sft" else "max_actor_ckpt_to_keep"
+        each = budget.human(plan.checkpoints.per_checkpoint)
+        plan.errors.append(
+            f"checkpoints need ~{budget.human(need)} ({plan.checkpoints.count} x {each}) but {where} has "
+            f"{budget.human(free)} free: set trainer.{keep_key}=N, a larger trainer.save_freq, or CKPT_ROOT/CKPT_DIR "
+            "on a bigger disk"
+        )
+    mode = str(cfg.trainer.get("resume_mode", "auto"))
+    resume = cfg.trainer.get("resume_from_path")
+    if mode == "resume_path" and not resume:
+        plan.errors.append("trainer.resume_mode=resume_path needs trainer.resume_from_path=<ckpt dir>/global_step_N")
+    elif resume and mode != "disable":
+        where = Path(str(resume))
+        if not where.is_dir():
+            plan.errors.append(f"trainer.resume_from_path={resume} does not exist (verl asserts it before training)")
+        elif "global_step_" not in where.name:
+            plan.errors.append(
+                f"trainer.resume_from_path={resume} must name a global_step_N folder (verl asserts it), e.g. "
+                f"{where}/global_step_10"
+            )
+
+
+def _check_memory(plan: Plan) -> None:
+    """The per-device memory estimate (recipes.launch.memory) against the profile's memory per device."""
+    cfg = plan.cfg
+    assert cfg is not None
+    device_gb = PROFILES[plan.hw].memory_gb_per_device
+    if not device_gb:
+        return
+    facts = memory.facts_for(str(OmegaConf.select(cfg, inputs.model_key(plan.recipe))), plan.recipe.model)
+    try:
+        plan.memory = memory.estimate(cfg, plan.recipe.phase, facts, device_gb)
+    except (TypeError, ValueError, ZeroDivisionError) as exc:  # a value of the wrong type: reported, not a crash
+        plan.errors.append(f"memory estimate could not run: {type(exc).__name__}: {exc}")
+        return
+    plan.errors += memory.problems(plan.memory)
+
+
 def _source_of(plan: Plan, key: str) -> inputs.Input | None:
     for item in plan.inputs:
         if item.key == key:
@@ -237,6 +325,9 @@ def _check_paths(plan: Plan) -> None:
         url = OmegaConf.select(cfg, url_key)
         if url:
             problems += paths.check_sandbox(str(url), _source_of(plan, url_key))
+            from recipes.launch import capacity  # in-flight tool calls vs the sandbox's workers + queue (issue 14)
+
+            problems += capacity.check(cfg, str(url))
     plan.errors += [p.message for p in problems if p.error]
     plan.warnings += [p.message for p in problems if not p.error]
     plan.checked.append("paths" + (" and sandbox" if phase == "rl" else ""))
@@ -248,6 +339,9 @@ def _check_this_machine(plan: Plan, environ: Mapping[str, str]) -> None:
     assert cfg is not None
     profile = PROFILES[plan.hw]
     platform = profile.platform
+    nnodes = int(cfg.trainer.nnodes)
+    if plan.recipe.phase == "sft" and nnodes > 1:
+        _torchrun_rendezvous(plan, nnodes, environ, on_node=True)
     if not platform.is_available():
         plan.errors.append(
             f"profile {plan.hw} runs on {platform.name}, but this machine's platform is {current_platform().name} "
@@ -263,11 +357,16 @@ def _check_this_machine(plan: Plan, environ: Mapping[str, str]) -> None:
             f"trainer.n_gpus_per_node={wanted} but this node has {count} visible {platform.ray_resource} devices"
             + (f" (an {smaller[0].upper()} node? use --hw {smaller[0]})" if smaller else "")
         )
-    if plan.recipe.phase == "rl" and int(cfg.trainer.nnodes) > 1:
+    if plan.recipe.phase == "rl" and nnodes > 1:
         # verl would otherwise wait for a placement group that can never be scheduled
         address = environ.get("RAY_ADDRESS", "").strip() or None
-        plan.errors += [f"Ray: {p}" for p in cluster.cluster_problems(plan.hw, int(cfg.trainer.nnodes), address)]
-    if plan.recipe.phase == "sft" and int(cfg.trainer.nnodes) > 1:
+        ray_problems = cluster.cluster_problems(plan.hw, nnodes, address)
+        plan.errors += [f"Ray: {p}" for p in ray_problems]
+        url = OmegaConf.select(cfg, f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL")
+        if url and not ray_problems:
+            # verl runs agent-loop workers on every node: each must reach the sandbox (issue 14, finding 1)
+            plan.errors += [f"sandbox: {p}" for p in cluster.sandbox_reach_problems(str(url), address)]
+    if plan.recipe.phase == "sft" and nnodes > 1:
         missing = [name for name in ("MASTER_ADDR", "NODE_RANK") if not environ.get(name, "").strip()]
         if missing:
             plan.errors.append(
@@ -288,11 +387,28 @@ def _multi_node_notes(plan: Plan, environ: Mapping[str, str]) -> None:
             f"trainer.nnodes={nnodes}: start Ray on every node first (scripts/ray_cluster.sh head|worker --hw "
             f"{plan.hw}); the launch checks `scripts/ray_cluster.sh status --hw {plan.hw} --nodes {nnodes}`"
         )
-    elif any(not environ.get(name, "").strip() for name in ("MASTER_ADDR", "NODE_RANK")):
+        from recipes.launch.multinode import loopback_sandbox_warning
+
+        url = OmegaConf.select(cfg, f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL")
+        plan.warnings += [w for w in [loopback_sandbox_warning(str(url) if url else None, nnodes)] if w]
+        return
+    _torchrun_rendezvous(plan, nnodes, environ, on_node=False)
+    if any(not environ.get(name, "").strip() for name in ("MASTER_ADDR", "NODE_RANK")):
         plan.warnings.append(
             f"trainer.nnodes={nnodes}: run this on every node with MASTER_ADDR (node 0's address) and NODE_RANK "
             f"(0..{nnodes - 1}) set"
         )
+
+
+def _torchrun_rendezvous(plan: Plan, nnodes: int, environ: Mapping[str, str], *, on_node: bool) -> None:
+    """Multi-node torchrun: rendezvous variables validated, socket interface in ``plan.env`` (multinode)."""
+    from recipes.launch import multinode
+
+    found = multinode.torchrun_findings(plan.hw, nnodes, environ, on_node=on_node)
+    plan.errors += found.errors
+    plan.warnings += found.warnings
+    plan.env.update(found.env)
+    plan.checked += found.checked
 
 
 def _torchrun_args(cfg: DictConfig, environ: Mapping[str, str]) -> list[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from npu_kernels.platform import PROFILES
-from recipes.launch import inputs
+from recipes.launch import budget, inputs, memory, parity, trace
 from recipes.launch.plan import Plan
 
 
@@ -27,35 +27,39 @@ def _freq(value: int) -> str:
 
 
 def steps_per_epoch(plan: Plan) -> tuple[int | None, str]:
-    """(steps, how) from the training rows, or (None, why not)."""
-    cfg = plan.cfg
-    assert cfg is not None
-    if plan.rows_in_train is None:
-        return None, "dataset size not readable here"
-    rows = plan.rows_in_train
-    limit = int(cfg.data.get("train_max_samples", -1) or -1)
-    if 0 < limit < rows:
-        rows = limit
-    batch = int(cfg.data.train_batch_size)
-    if plan.recipe.phase == "sft":
-        world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
-        dp = max(1, world // int(cfg.ulysses_sequence_parallel_size))
-        steps = (rows // dp) // max(1, batch // dp)
-        return steps, f"{rows:,} rows / batch {batch}"
-    return rows // batch, f"{rows:,} rows / batch {batch}, before overlong prompts are dropped"
+    """(steps, how) from the training rows, or (None, why not): :func:`recipes.launch.budget.steps_per_epoch`."""
+    assert plan.cfg is not None
+    return budget.steps_per_epoch(plan.cfg, plan.recipe.phase, plan.rows_in_train)
 
 
 def total_steps(plan: Plan) -> str:
-    cfg = plan.cfg
-    assert cfg is not None
-    fixed = cfg.trainer.get("total_training_steps")
-    per_epoch, _ = steps_per_epoch(plan)
-    epochs = int(cfg.trainer.total_epochs)
-    if fixed:
-        return f"{fixed} (trainer.total_training_steps)"
-    if per_epoch is None:
-        return f"{epochs} epoch(s) x steps per epoch"
-    return f"{per_epoch * epochs} ({epochs} epoch(s) x {per_epoch})"
+    assert plan.cfg is not None
+    return budget.total_steps_text(plan.cfg, plan.recipe.phase, plan.rows_in_train)
+
+
+def _checkpoint_row(plan: Plan) -> str:
+    ckpt = plan.checkpoints
+    if ckpt is None:
+        return "unknown"
+    each = f"~{budget.human(ckpt.per_checkpoint)} each (model + optimizer shards; {ckpt.source})"
+    if ckpt.count is None:
+        text = f"{each}; how many: unknown (steps unknown here)"
+    else:
+        text = f"{ckpt.count} x {each} = ~{budget.human(ckpt.total or 0)}"
+    if plan.free_at_ckpt is not None:
+        free, where = plan.free_at_ckpt
+        text += f"; {budget.human(free)} free at {where}"
+    return text
+
+
+def _reference_row(plan: Plan) -> list[tuple[str, str]]:
+    result = plan.recipe.reference_result
+    if result is None:
+        return []
+    planned = "unknown here" if plan.steps is None else f"{plan.steps} planned"
+    return [
+        ("reference result", f"{result.metric} {result.value:.2f} at step {result.step} ({result.source}; {planned})")
+    ]
 
 
 def _input_value(plan: Plan, key: str) -> str:
@@ -105,7 +109,7 @@ def _dtype_row(plan: Plan, cfg: DictConfig) -> str:
 
 def _common_head(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
     profile = PROFILES[plan.hw]
-    memory = f", {profile.memory_gb_per_device} GB per device" if profile.memory_gb_per_device else ""
+    per_device = f", {profile.memory_gb_per_device} GB per device" if profile.memory_gb_per_device else ""
     nnodes, per_node = int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node)
     unit = f"{profile.platform.ray_resource} devices" if profile.devices_per_node else "worker processes"
     return [
@@ -115,9 +119,11 @@ def _common_head(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
             + (f", scale {plan.scale})" if plan.scale_given else ")"),
         ),
         ("reference", plan.recipe.reference),
-        ("device", f"{cfg.trainer.device}  ({profile.note}{memory})"),
+        ("device", f"{cfg.trainer.device}  ({profile.note}{per_device})"),
         ("nodes", f"{nnodes} x {per_node} {unit} = {nnodes * per_node}"),
         ("dtype", _dtype_row(plan, cfg)),
+        *([("parity", parity.describe(plan.recipe.phase))] if plan.parity else []),
+        *([("memory", memory.summary(plan.memory))] if plan.memory else []),
     ]
 
 
@@ -205,6 +211,7 @@ def _rl_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
         ),
         ("reward", f"{Path(str(reward.path)).name}:{reward.name}" + (f" ({kwargs})" if kwargs else "")),
         ("sandbox", _input_value(plan, f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL")),
+        ("rollout trace", trace.describe(cfg, plan.env)),
     ]
 
 
@@ -220,8 +227,10 @@ def rows(plan: Plan) -> list[tuple[str, str]]:
         ("val data", _input_value(plan, "data.val_files")),
         ("steps/epoch", f"{per_epoch}  ({how})" if per_epoch is not None else f"unknown  ({how})"),
         ("total steps", total_steps(plan)),
+        *_reference_row(plan),
         ("checkpoints", f"{_input_value(plan, 'trainer.default_local_dir')}"),
         ("saving", f"{_freq(cfg.trainer.save_freq)}, keep {keep if keep else 'all'}"),
+        ("checkpoint disk", _checkpoint_row(plan)),
         ("logger", f"{', '.join(cfg.trainer.logger)}; tensorboard dir {plan.env.get('TENSORBOARD_DIR', '?')}"),
         ("environment", PROFILES[plan.hw].env_command(plan.recipe.phase)),
         ("checked", "; ".join(plan.checked) if plan.checked else "nothing (errors first)"),

@@ -15,4 +15,7 @@ Entry points:
 from pathlib import Path
 
 RECIPE_DIR = Path(__file__).resolve().parent
+#: verl's ``custom_reward_function.path`` (a file path, not a module: verl loads it with spec_from_file_location).
+REWARD_PATH = RECIPE_DIR / "reward.py"
+#: verl's ``actor_rollout_ref.rollout.multi_turn.tool_config_path``.
 TOOL_CONFIG_PATH = RECIPE_DIR / "code_interpreter.yaml"

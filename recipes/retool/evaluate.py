@@ -1,4 +1,4 @@
-"""``retool-eval``: accuracy and tool-use report of ReTool generations (verl validation dumps or any JSONL).
+"""``retool-eval``: accuracy and tool use report of ReTool generations (verl validation dumps or any JSONL).
 
     retool-eval RUN/val_generations                      # verl's trainer.validation_data_dir: the last step's dump
     retool-eval RUN/val_generations --step 0 --data val.parquet --json eval.json --markdown eval.md
@@ -8,7 +8,10 @@ Why a separate tool: verl's own validation metrics are bootstrap estimates (rand
 grouped only as far as its logger shows them, and say nothing about tool use. From the same samples this computes,
 per data source and per problem, exact numbers that two runs can be compared on:
 
-* ``mean@k`` — mean accuracy of the k samples of a problem, averaged over problems;
+* ``mean@k`` — mean accuracy of the k samples of a problem, averaged over problems, by the kit's verifier (the
+  reward's ``acc``);
+* ``strict mean@k`` — the same by the references' rule, verl's ``math_dapo`` strict ``\\boxed{}`` match (the
+  reward's ``acc_strict``): the number to set beside a published result (verl's 0.60, the Ascend sample's 0.57);
 * ``best@k`` — fraction of problems with at least one correct sample among its k;
 * ``maj@k``  — majority vote over the k samples' extracted answers (samples without an answer do not vote; a tie
   goes to the answer seen first); the problem counts as solved when the voted answer's samples are correct;
@@ -19,12 +22,10 @@ per data source and per problem, exact numbers that two runs can be compared on:
   non-zero exits), timeouts and sandbox failures, as the kit's tool reports them in the tool response;
 * response length — characters, and tokens with ``--tokenizer``.
 
-Input records (one JSON object per line): verl's dump (``input``, ``output``, ``gts``, ``score``, ``step`` plus the
-reward's extra keys ``acc``, ``pred``, ``tool_rounds``, ``num_turns`` …) or any file with the same meaning under
-common names (``prompt``/``question``, ``response``/``generation``, ``ground_truth``/``answer``, ``data_source``).
+Input records: see :mod:`recipes.retool.generations` (verl's dump, or any JSONL with common field names).
 verl's dump has no ``data_source``: pass the validation parquet(s) with ``--data`` and each record is matched to the
 row whose user prompt it contains (else every record is in ``all``). ``acc`` missing: the answer is checked with the
-kit's verifier (``recipes.retool.answer`` / ``verify``), as the reward does.
+kit's verifier, as the reward does; ``acc_strict`` missing: with verl's ``math_dapo``, as the reward does.
 """
 
 from __future__ import annotations
@@ -40,199 +41,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-INPUT_KEYS = ("input", "prompt", "question", "problem")
-OUTPUT_KEYS = ("output", "response", "generation", "completion")
-TRUTH_KEYS = ("gts", "ground_truth", "answer", "gt")
-
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)(?:</tool_response>|$)", re.DOTALL)
-_CODE_ERROR = re.compile(
-    r"Traceback \(most recent call last\)|^\w*(?:Error|Exception)\b.*$|\[process exited with code", re.M
+from recipes.retool.generations import (
+    Sample,
+    assign_data_sources,
+    data_source_index,
+    dump_files,
+    parse_tool_calls,
+    read_records,
+    to_sample,
 )
-_TIMEOUT = "[timed out after"
-_SANDBOX_FAILURE = ("[sandbox error", "[sandbox unavailable", "[invalid call")
 
-
-def parse_tool_calls(text: str, tool_name: str | None = None) -> tuple[int, int]:
-    """``(blocks, well_formed)``: ``<tool_call>…</tool_call>`` blocks in ``text``, and how many verl would run.
-
-    Well-formed as verl 0.6.1's ``HermesToolParser`` decides (JSON with ``name`` and ``arguments``), and, when
-    ``tool_name`` is given, naming that tool with a non-empty string ``code`` argument (what the kit's tool needs).
-    """
-    blocks = _TOOL_CALL.findall(text)
-    good = 0
-    for block in blocks:
-        try:
-            call = json.loads(block)
-            name, arguments = call["name"], call["arguments"]
-        except (ValueError, KeyError, TypeError):
-            continue
-        if tool_name is not None:
-            code = arguments.get("code") if isinstance(arguments, dict) else None
-            if name != tool_name or not isinstance(code, str) or not code.strip():
-                continue
-        good += 1
-    return len(blocks), good
-
-
-@dataclass
-class Sample:
-    """One generation with what the metrics need."""
-
-    prompt: str
-    response: str
-    ground_truth: str
-    correct: bool
-    pred: str
-    data_source: str = "all"
-    step: int | None = None
-    tool_calls: int = 0
-    tool_calls_ok: int = 0
-    tool_rounds: int = 0
-    code_errors: int = 0
-    timeouts: int = 0
-    sandbox_failures: int = 0
-    length_chars: int = 0
-    length_tokens: int | None = None
-
-
-def _first(record: dict[str, Any], keys: Sequence[str]) -> Any:
-    for key in keys:
-        if key in record and record[key] is not None:
-            return record[key]
-    return None
-
-
-def _as_bool(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("true", "1", "yes")
-    return bool(value)
-
-
-def _tool_stats(response: str) -> dict[str, int]:
-    responses = _TOOL_RESPONSE.findall(response)
-    return {
-        "tool_responses": len(responses),
-        "code_errors": sum(1 for r in responses if _CODE_ERROR.search(r) and _TIMEOUT not in r),
-        "timeouts": sum(1 for r in responses if _TIMEOUT in r),
-        "sandbox_failures": sum(1 for r in responses if r.strip().startswith(_SANDBOX_FAILURE)),
-    }
-
-
-def _check_answer(response: str, ground_truth: str) -> tuple[bool, str]:
-    """The kit's answer check (what the reward does), without math-verify's subprocess (timeout 0)."""
-    from recipes.retool.answer import canonical, extract_answer
-    from recipes.retool.verify import judge
-
-    answer = extract_answer(response)
-    return judge(answer, ground_truth, timeout_s=0).correct, canonical(answer) if answer is not None else ""
-
-
-def to_sample(record: dict[str, Any], tool_name: str | None = "code_interpreter") -> Sample:
-    """A :class:`Sample` from one record of a verl dump or a generic generations file."""
-    prompt = _first(record, INPUT_KEYS)
-    if isinstance(prompt, list):  # chat messages
-        prompt = "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
-    response = str(_first(record, OUTPUT_KEYS) or "")
-    truth = _first(record, TRUTH_KEYS)
-    if isinstance(truth, dict):  # reward_model column
-        truth = truth.get("ground_truth")
-    truth_text = "" if truth is None else str(truth)
-    if "acc" in record or "correct" in record:
-        correct = _as_bool(record.get("acc", record.get("correct")))
-        pred = str(record.get("pred") or "")
-        if not pred and "pred" not in record:
-            pred = _check_answer(response, truth_text)[1]
-    else:
-        correct, pred = _check_answer(response, truth_text)
-    calls, calls_ok = parse_tool_calls(response, tool_name)
-    stats = _tool_stats(response)
-    rounds = record.get("tool_rounds")
-    step = record.get("step")
-    return Sample(
-        prompt=str(prompt or ""),
-        response=response,
-        ground_truth=truth_text,
-        correct=correct,
-        pred=pred,
-        data_source=str(record.get("data_source") or "all"),
-        step=int(step) if step is not None else None,
-        tool_calls=calls,
-        tool_calls_ok=calls_ok,
-        tool_rounds=int(rounds) if rounds is not None else stats["tool_responses"],
-        code_errors=stats["code_errors"],
-        timeouts=stats["timeouts"],
-        sandbox_failures=stats["sandbox_failures"],
-        length_chars=len(response),
-    )
-
-
-def dump_files(path: Path, step: int | None = None, all_steps: bool = False) -> list[Path]:
-    """The JSONL files to read: ``path`` itself, or in a dump folder the last step's ``<step>.jsonl`` (or all)."""
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such file or folder")
-    numbered = sorted((int(p.stem), p) for p in path.glob("*.jsonl") if p.stem.isdigit())
-    if not numbered:
-        files = sorted(path.glob("*.jsonl"))
-        if not files:
-            raise FileNotFoundError(f"{path}: no .jsonl files")
-        return files
-    if all_steps:
-        return [p for _, p in numbered]
-    if step is not None:
-        chosen = [p for s, p in numbered if s == step]
-        if not chosen:
-            raise FileNotFoundError(f"{path}: no dump of step {step} (have {', '.join(str(s) for s, _ in numbered)})")
-        return chosen
-    return [numbered[-1][1]]
-
-
-def read_records(files: Iterable[Path]) -> list[dict[str, Any]]:
-    records = []
-    for file in files:
-        for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise ValueError(f"{file}:{lineno}: not JSON: {exc}") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{file}:{lineno}: expected a JSON object")
-            records.append(record)
-    return records
-
-
-def data_source_index(parquets: Sequence[Path]) -> list[tuple[str, str]]:
-    """``(user prompt text, data_source)`` of every row of the RL/val parquet files, longest prompt first."""
-    import pyarrow.parquet as pq
-
-    pairs = []
-    for file in parquets:
-        for row in pq.read_table(file, columns=["prompt", "data_source"]).to_pylist():
-            users = [m.get("content", "") for m in row["prompt"] or [] if m.get("role") == "user"]
-            if users and users[-1]:
-                pairs.append((users[-1].strip(), str(row["data_source"])))
-    return sorted(pairs, key=lambda p: -len(p[0]))
-
-
-def assign_data_sources(samples: list[Sample], index: list[tuple[str, str]]) -> int:
-    """Set ``data_source`` of samples whose prompt contains an indexed prompt; returns how many stayed unmatched."""
-    unmatched = 0
-    cache: dict[str, str | None] = {}
-    for sample in samples:
-        if sample.data_source != "all":
-            continue
-        if sample.prompt not in cache:
-            cache[sample.prompt] = next((ds for text, ds in index if text in sample.prompt), None)
-        found = cache[sample.prompt]
-        if found is None:
-            unmatched += 1
-        else:
-            sample.data_source = found
-    return unmatched
+__all__ = ["Report", "evaluate", "main", "parse_tool_calls", "pass_at_k", "to_markdown"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -337,6 +156,7 @@ def evaluate(samples: Sequence[Sample], ks: Sequence[int] | None = None) -> Repo
         rows = []
         for prompt, group in problems.items():
             n, c = len(group), sum(s.correct for s in group)
+            strict = sum(s.correct_strict for s in group)
             voted, maj_ok = majority_correct(group)
             row = {
                 "data_source": source,
@@ -344,7 +164,9 @@ def evaluate(samples: Sequence[Sample], ks: Sequence[int] | None = None) -> Repo
                 "ground_truth": group[0].ground_truth,
                 "n": n,
                 "correct": c,
+                "correct_strict": strict,
                 f"mean@{n}": c / n,
+                f"strict_mean@{n}": strict / n,
                 f"best@{n}": float(c > 0),
                 f"maj@{n}": float(maj_ok),
                 "majority_answer": voted,
@@ -356,6 +178,7 @@ def evaluate(samples: Sequence[Sample], ks: Sequence[int] | None = None) -> Repo
             report.problems.append(row)
         metrics: dict[str, Any] = {"problems": len(rows), "samples": sum(r["n"] for r in rows), "n": n_min}
         metrics[f"mean@{n_min}"] = _mean(r["correct"] / r["n"] for r in rows)
+        metrics[f"strict_mean@{n_min}"] = _mean(r["correct_strict"] / r["n"] for r in rows)
         metrics[f"best@{n_min}"] = _mean(float(r["correct"] > 0) for r in rows)
         metrics[f"maj@{n_min}"] = _mean(r[f"maj@{r['n']}"] for r in rows)
         for k in wanted:
@@ -384,16 +207,22 @@ def to_markdown(report: Report) -> str:
     if report.unmatched:
         out += [f"{report.unmatched} samples matched no --data prompt (data source `all`).", ""]
     out += ["## Accuracy per data source", ""]
+    out += [
+        "mean@k: the kit's verifier (the reward's `acc`); strict mean@k: verl's `math_dapo` strict `\\boxed{}` "
+        "match (`acc_strict`), the rule the published ReTool results were scored with.",
+        "",
+    ]
     groups: dict[tuple[int, tuple[int, ...]], list[str]] = defaultdict(list)  # one table per (n, ks)
     for source, m in report.sources.items():
         groups[(m["n"], tuple(report.ks[source]))].append(source)
     for (n, ks), sources in groups.items():
-        header = ["data source", "problems", "samples", f"mean@{n}", f"maj@{n}", f"best@{n}"]
+        header = ["data source", "problems", "samples", f"mean@{n}", f"strict mean@{n}", f"maj@{n}", f"best@{n}"]
         header += [f"pass@{k}" for k in ks]
         rows = []
         for source in sources:
             m = report.sources[source]
-            row = [source, m["problems"], m["samples"], m[f"mean@{n}"], m[f"maj@{n}"], m[f"best@{n}"]]
+            row = [source, m["problems"], m["samples"], m[f"mean@{n}"], m[f"strict_mean@{n}"], m[f"maj@{n}"]]
+            row.append(m[f"best@{n}"])
             rows.append(row + [m[f"pass@{k}"] for k in ks])
         out += _table(header, rows) + [""]
     out += ["## Tool use and response length", ""]
@@ -414,13 +243,14 @@ def to_markdown(report: Report) -> str:
             ]
         )
     out += _table(header, rows) + ["", "## Per problem", ""]
-    header = ["data source", "problem", "answer", "correct/n", "majority", "tool rounds", "chars"]
+    header = ["data source", "problem", "answer", "correct/n", "strict/n", "majority", "tool rounds", "chars"]
     rows = [
         [
             p["data_source"],
             p["problem"],
             p["ground_truth"],
             f"{p['correct']}/{p['n']}",
+            f"{p['correct_strict']}/{p['n']}",
             p["majority_answer"],
             p["tool_rounds_mean"],
             f"{p['response_chars_mean']:.0f}",
@@ -433,8 +263,9 @@ def to_markdown(report: Report) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="retool-eval",
-        description="Accuracy (mean@k, maj@k, best@k, unbiased pass@k) and tool use of ReTool generations, per data "
-        "source and per problem, from verl validation dumps (trainer.validation_data_dir) or any JSONL.",
+        description="Accuracy (mean@k by the kit's verifier and by verl's strict math_dapo rule, maj@k, best@k, "
+        "unbiased pass@k) and tool use of ReTool generations, per data source and per problem, from verl validation "
+        "dumps (trainer.validation_data_dir) or any JSONL.",
         epilog=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -2,14 +2,21 @@
 
     retool-plot RUN/tensorboard --out RUN/plots
     retool-plot CKPT_DIR --out plots --panels val_acc,reward      # any folder: event files are found recursively
-    retool-plot SFT/tensorboard RL/tensorboard --out plots        # several runs' tags together (SFT loss + RL)
+    retool-plot SFT/tensorboard RL/tensorboard --out plots        # an SFT and an RL run in one set of figures
+    retool-plot runA/tensorboard runB/tensorboard --out cmp       # two runs compared: one line per run and tag
+    retool-plot RUN --list-tags                                   # what was logged (no --out needed)
 
 Why: a run on a cluster without a tensorboard server (or a CI artifact) should still be readable at a glance, and the
 metrics that matter for ReTool are spread over many verl tags. One PNG per panel (and ``overview.png`` with all of
 them) for the tags found; a panel without data is skipped and listed, and the exit status is 1 only when no panel
-has data at all:
+has data at all.
 
-* ``val_acc`` — validation accuracy mean@k per data source (``val-core/<source>/acc/mean@k``);
+A run is one folder of event files (a resumed run writes a new file into the same folder: its steps continue the
+same curve). Several folders are several runs, each drawn as its own line labelled with the part of its path that
+tells it apart (``runA``, ``runB``), never merged into one curve.
+
+* ``val_acc`` — validation accuracy mean@k per data source: the kit's verifier (``val-core/<source>/acc/mean@k``)
+  and, beside it, the references' strict rule (``val-aux/<source>/acc_strict/mean@k``, verl's ``math_dapo``);
 * ``reward`` — mean training reward (``critic/score/mean``; ``critic/rewards/mean`` when it differs);
 * ``response_length`` — ``response_length/mean`` (and ``/max``);
 * ``turns`` — ``num_turns/mean`` (training and validation) and tool rounds per response
@@ -42,7 +49,12 @@ class Panel:
 
 
 PANELS: tuple[Panel, ...] = (
-    Panel("val_acc", "Validation accuracy (mean@k)", "accuracy", ("val-core/*/acc/mean@*",)),
+    Panel(
+        "val_acc",
+        "Validation accuracy (mean@k): kit verifier and verl strict",
+        "accuracy",
+        ("val-core/*/acc/mean@*", "val-aux/*/acc_strict/mean@*"),
+    ),
     Panel("reward", "Training reward", "reward", ("critic/score/mean", "critic/rewards/mean")),
     Panel("response_length", "Response length", "tokens", ("response_length/mean", "response_length/max")),
     Panel(
@@ -59,6 +71,11 @@ PANELS: tuple[Panel, ...] = (
 Series = dict[str, list[tuple[int, float]]]
 
 
+Runs = dict[str, Series]  # run label -> its scalars
+LINESTYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D")
+
+
 def event_files(root: Path) -> list[Path]:
     """Tensorboard event files under ``root`` (itself, or found recursively)."""
     if root.is_file():
@@ -66,19 +83,45 @@ def event_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("events.out.tfevents.*") if p.is_file())
 
 
-def read_scalars(roots: Path | Sequence[Path]) -> Series:
-    """Every scalar tag under ``roots``: tag -> [(step, value)], sorted by step; a step logged twice keeps the last."""
+def read_scalars(files: Sequence[Path]) -> Series:
+    """Every scalar tag of one run's event files: tag -> [(step, value)] sorted by step; a step logged twice (a
+    resumed run) keeps the value of the later file."""
     from tensorboard.backend.event_processing import event_accumulator
 
-    roots = [roots] if isinstance(roots, Path) else list(roots)
     by_tag: dict[str, dict[int, float]] = defaultdict(dict)
-    for file in (f for root in roots for f in event_files(root)):
+    for file in sorted(files, key=lambda f: f.name):  # event file names start with the wall time they were opened
         acc = event_accumulator.EventAccumulator(str(file), size_guidance={event_accumulator.SCALARS: 0})
         acc.Reload()
         for tag in acc.Tags().get("scalars", []):
             for event in acc.Scalars(tag):
                 by_tag[tag][int(event.step)] = float(event.value)
     return {tag: sorted(points.items()) for tag, points in by_tag.items()}
+
+
+def run_labels(folders: Sequence[Path]) -> list[str]:
+    """Short names for run folders: the path parts that differ between them (``a/runA/tb``, ``a/runB/tb`` -> runA,
+    runB); a single run is named by its folder."""
+    parts = [f.resolve().parts for f in folders]
+    if len(parts) == 1:
+        return [folders[0].resolve().name]
+    lead = 0
+    while all(len(p) > lead for p in parts) and len({p[lead] for p in parts}) == 1:
+        lead += 1
+    trail = 0
+    while all(len(p) - lead > trail for p in parts) and len({p[len(p) - 1 - trail] for p in parts}) == 1:
+        trail += 1
+    labels = ["/".join(p[lead : len(p) - trail]) or Path(*p).name for p in parts]
+    return labels if len(set(labels)) == len(labels) else [str(f) for f in folders]
+
+
+def read_runs(roots: Path | Sequence[Path]) -> Runs:
+    """The runs under ``roots``: one per folder holding event files, labelled by :func:`run_labels`."""
+    roots = [roots] if isinstance(roots, Path) else list(roots)
+    by_folder: dict[Path, list[Path]] = defaultdict(list)
+    for file in (f for root in roots for f in event_files(root)):
+        by_folder[file.parent.resolve()].append(file)
+    folders = sorted(by_folder)
+    return {label: read_scalars(by_folder[f]) for label, f in zip(run_labels(folders), folders, strict=True)}
 
 
 def panel_series(panel: Panel, scalars: Series) -> Series:
@@ -93,14 +136,27 @@ def panel_series(panel: Panel, scalars: Series) -> Series:
     return chosen
 
 
+def panel_runs(panel: Panel, runs: Runs) -> Runs:
+    """``run -> series`` of the panel's tags, for the runs that have any."""
+    out = {run: panel_series(panel, scalars) for run, scalars in runs.items()}
+    return {run: series for run, series in out.items() if series}
+
+
 def _label(tag: str) -> str:
     return re.sub(r"^(val-core|val-aux)/", "val: ", tag)
 
 
-def _draw(ax, panel: Panel, series: Series) -> None:  # noqa: ANN001 (matplotlib Axes)
-    for tag, points in series.items():
-        steps, values = zip(*points, strict=True)
-        ax.plot(steps, values, marker="o", markersize=3, linewidth=1.5, label=_label(tag))
+def _draw(ax, panel: Panel, runs: Runs) -> None:  # noqa: ANN001 (matplotlib Axes)
+    """One line per (run, tag): a colour per tag, a line style and marker per run (a metric keeps its colour)."""
+    tags = sorted({tag for series in runs.values() for tag in series})
+    colors = {tag: f"C{i % 10}" for i, tag in enumerate(tags)}
+    several = len(runs) > 1
+    for r, (run, series) in enumerate(runs.items()):
+        for tag, points in series.items():
+            steps, values = zip(*points, strict=True)
+            label = f"{run}: {_label(tag)}" if several else _label(tag)
+            style, marker = LINESTYLES[r % len(LINESTYLES)], MARKERS[r % len(MARKERS)]
+            ax.plot(steps, values, style, color=colors[tag], marker=marker, markersize=3, linewidth=1.5, label=label)
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -118,17 +174,17 @@ def plot(root: Path | Sequence[Path], out: Path, panels: Sequence[Panel] = PANEL
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    scalars = read_scalars(root)
+    runs = read_runs(root)
     out.mkdir(parents=True, exist_ok=True)
-    drawn: list[tuple[Panel, Series]] = []
+    drawn: list[tuple[Panel, Runs]] = []
     empty: list[str] = []
     for panel in panels:
-        series = panel_series(panel, scalars)
-        (drawn.append((panel, series)) if series else empty.append(panel.name))
+        found = panel_runs(panel, runs)
+        (drawn.append((panel, found)) if found else empty.append(panel.name))
     files = []
-    for panel, series in drawn:
+    for panel, found in drawn:
         fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-        _draw(ax, panel, series)
+        _draw(ax, panel, found)
         fig.tight_layout()
         path = out / f"{panel.name}.png"
         fig.savefig(path)
@@ -138,12 +194,11 @@ def plot(root: Path | Sequence[Path], out: Path, panels: Sequence[Panel] = PANEL
         cols = min(3, len(drawn))
         rows = (len(drawn) + cols - 1) // cols
         fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), dpi=100, squeeze=False)
-        for ax, (panel, series) in zip(axes.flat, drawn, strict=False):
-            _draw(ax, panel, series)
+        for ax, (panel, found) in zip(axes.flat, drawn, strict=False):
+            _draw(ax, panel, found)
         for ax in list(axes.flat)[len(drawn) :]:
             ax.axis("off")
-        roots = [root] if isinstance(root, Path) else list(root)
-        fig.suptitle("ReTool run: " + ", ".join(str(r) for r in roots), fontsize=9)
+        fig.suptitle("ReTool runs: " + ", ".join(runs), fontsize=9)
         fig.tight_layout()
         path = out / "overview.png"
         fig.savefig(path)
@@ -155,37 +210,43 @@ def plot(root: Path | Sequence[Path], out: Path, panels: Sequence[Panel] = PANEL
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="retool-plot",
-        description="Draw a ReTool run's curves (val acc, reward, response length, turns/tool rounds, entropy, "
-        "step time, SFT loss) as PNGs from its tensorboard event files.",
+        description="Draw ReTool runs' curves (val acc by the kit's verifier and by verl's strict rule, reward, "
+        "response length, turns/tool rounds, entropy, step time, SFT loss) as PNGs from their tensorboard event "
+        "files; several runs are drawn as one line each.",
         epilog="panels: " + ", ".join(f"{p.name} ({', '.join(p.patterns)})" for p in PANELS),
     )
     parser.add_argument(
         "logdirs", nargs="+", type=Path, help="tensorboard folder(s) (searched recursively) or event file(s)"
     )
-    parser.add_argument("--out", type=Path, required=True, help="folder for the PNGs (created)")
+    parser.add_argument("--out", type=Path, help="folder for the PNGs (created; required unless --list-tags)")
     parser.add_argument("--panels", help="comma-separated subset of the panels (default: all)")
-    parser.add_argument("--list-tags", action="store_true", help="print the scalar tags found and exit")
+    parser.add_argument("--list-tags", action="store_true", help="print the runs and scalar tags found and exit")
     return parser
+
+
+def _error(message: str) -> int:
+    print(f"retool-plot: error: {message}", file=sys.stderr)
+    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not any(event_files(d) for d in args.logdirs):
-        print(
-            f"retool-plot: error: no tensorboard event files under {', '.join(map(str, args.logdirs))}", file=sys.stderr
-        )
-        return 2
+        return _error(f"no tensorboard event files under {', '.join(map(str, args.logdirs))}")
     if args.list_tags:
-        for tag, points in sorted(read_scalars(args.logdirs).items()):
-            print(f"{tag}  ({len(points)} points)")
+        for run, scalars in read_runs(args.logdirs).items():
+            print(f"run {run}:")
+            for tag, points in sorted(scalars.items()):
+                print(f"  {tag}  ({len(points)} points)")
         return 0
+    if args.out is None:
+        return _error("--out DIR is required to draw the panels (--list-tags only lists what was logged)")
     panels = list(PANELS)
     if args.panels:
         names = [n.strip() for n in args.panels.split(",") if n.strip()]
         unknown = sorted(set(names) - {p.name for p in PANELS})
         if unknown:
-            print(f"retool-plot: error: unknown panel(s) {', '.join(unknown)}", file=sys.stderr)
-            return 2
+            return _error(f"unknown panel(s) {', '.join(unknown)}; choose from {', '.join(p.name for p in PANELS)}")
         panels = [p for p in PANELS if p.name in names]
     files, empty = plot(args.logdirs, args.out, panels)
     for file in files:

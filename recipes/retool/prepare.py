@@ -204,9 +204,12 @@ class _Limited(Source):
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     start = time.monotonic()
+    if args.output.is_dir():  # refused before any work, not an IsADirectoryError after it
+        log(f"error: --output {args.output} is a directory: name the parquet file to write ({args.output}/a.parquet)")
+        return 2
     try:
         source = open_source(args.input, split=args.split)
-        fmt = args.format or detect_format(source.columns)
+        fmt = args.format or detect_format(source.columns, source.name)
         allowed = SFT_FORMATS if args.command == "sft" else RL_FORMATS
         if fmt not in allowed:
             raise SchemaError(source.name, None, "<columns>", f"{fmt} data cannot be used for `{args.command}`")
@@ -222,6 +225,20 @@ def main(argv: list[str] | None = None) -> int:
         write_parquet_atomic(rows, args.output)
     except (SchemaError, FileNotFoundError) as exc:
         log(f"error: {exc}")
+        return 2
+    except ConnectionError as exc:  # datasets: "Couldn't reach '<id>' on the Hub (OfflineModeIsEnabled)" and the like
+        log(
+            f"error: {args.input}: the Hugging Face hub cannot be reached ({exc}). On an offline cluster, download it "
+            f"on a connected machine (hf download --repo-type dataset {args.input} --local-dir DIR), copy DIR here "
+            "and pass --input DIR"
+        )
+        return 2
+    except Exception as exc:
+        import pyarrow as pa
+
+        if not isinstance(exc, pa.ArrowException):
+            raise
+        log(f"error: {args.input}: not a readable parquet/jsonl file ({type(exc).__name__}: {exc})")
         return 2
     log(f"wrote {len(rows):,} rows to {args.output} in {time.monotonic() - start:.1f}s")
     return 0

@@ -185,8 +185,8 @@ def open_source(location: str, split: str = "train") -> Source:
     raise FileNotFoundError(f"{location}: no such file or folder (and not a hub id of the form org/name)")
 
 
-def detect_format(columns: list[str]) -> str:
-    """The source schema, from the column names (``--format`` overrides this)."""
+def detect_format(columns: list[str], source: str = "input") -> str:
+    """The source schema, from the column names (``--format`` overrides this); ``source`` names it in errors."""
     cols = set(columns)
     if {"prompt", "reward_model", "agent_name"} <= cols:
         return "retool_rl"
@@ -200,7 +200,9 @@ def detect_format(columns: list[str]) -> str:
         return "sft_multiturn"
     if "messages" in cols:
         return "retool_sft_raw"
-    raise SchemaError("input", None, "<columns>", f"unrecognised columns {sorted(cols)}; pass --format")
+    if not cols:
+        raise SchemaError(source, None, "<columns>", "no columns: the file is empty")
+    raise SchemaError(source, None, "<columns>", f"unrecognised columns {sorted(cols)}; pass --format")
 
 
 def default_data_source(fmt: str, location: str) -> str:

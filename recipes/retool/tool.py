@@ -5,7 +5,9 @@ Tool YAML (``recipes/retool/code_interpreter.yaml``)::
     tools:
       - class_name: recipes.retool.tool.CodeInterpreterTool
         config: {type: native, sandbox_fusion_url: "http://127.0.0.1:8080/run_code", ...}
-        tool_schema: {...}            # function "code_interpreter", one string argument "code"
+
+No ``tool_schema`` in the YAML: verl 0.6.1 passes ``None`` then (verl/tools/utils/tool_registry.py:109-111) and the
+tool uses :data:`recipes.retool.schema.TOOL_SCHEMA`, the one copy the SFT data and RL prompts use too.
 
 Per call: the code is taken from the ``code`` argument (the fenced python block(s) if fenced), a bare last
 expression is displayed notebook-style (:mod:`recipes.retool.notebook`), the sandbox runs it

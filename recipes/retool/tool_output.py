@@ -6,17 +6,69 @@ drops the partial output of a run that timed out, so the model cannot learn to t
 * finished: stdout + stderr (Python tracebacks included) without trailing whitespace (as the ReTool-SFT
   interpreter turns are), or ``[no output]``;
 * timed out: whatever was printed, then ``[timed out after N s]``;
-* sandbox failure / unreachable sandbox: ``[sandbox error: …]`` / ``[sandbox unavailable: …]``.
+* sandbox failure / unreachable sandbox: ``[sandbox error: …]`` / ``[sandbox unavailable: …]``;
+* a call without code: ``[invalid call: …]``.
 
 Long output keeps its head and tail around an ``[… N characters omitted …]`` marker; status notes are added after
 truncation so they are never cut.
+
+The markers are defined here once: the tool writes them (:func:`render_result`, :func:`invalid_call`) and
+``retool-eval`` reads them back (:func:`outcome`), so a reworded note cannot silently stop being counted.
 """
 
 from __future__ import annotations
 
-from recipes.retool.sandbox_client import SandboxResult
+import re
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:  # only for annotations: retool-eval imports this module without the HTTP client's deps
+    from recipes.retool.sandbox_client import SandboxResult
 
 NO_OUTPUT = "[no output]"
+TIMED_OUT = "[timed out after"
+EXITED = "[process exited with code"
+SANDBOX_ERROR = "[sandbox error"
+SANDBOX_UNAVAILABLE = "[sandbox unavailable"
+INVALID_CALL = "[invalid call"
+#: Notes that mean the code did not run to a result because of the sandbox or the call, not because of the code.
+FAILURE_MARKERS = (SANDBOX_ERROR, SANDBOX_UNAVAILABLE, INVALID_CALL)
+
+_CODE_ERROR = re.compile(
+    rf"Traceback \(most recent call last\)|^\w*(?:Error|Exception)\b.*$|{re.escape(EXITED)}", re.MULTILINE
+)
+
+Outcome = Literal["ok", "code_error", "timeout", "sandbox_failure"]
+
+
+def timeout_note(seconds: float) -> str:
+    return f"{TIMED_OUT} {seconds:g} s]"
+
+
+def exit_note(return_code: int) -> str:
+    return f"{EXITED} {return_code}, no output]"
+
+
+def sandbox_error(message: str) -> str:
+    return f"{SANDBOX_ERROR}: {message}]"
+
+
+def sandbox_unavailable(message: str) -> str:
+    return f"{SANDBOX_UNAVAILABLE}: {message}; the code was not run]"
+
+
+def invalid_call(message: str) -> str:
+    return f"{INVALID_CALL}: {message}]"
+
+
+def outcome(text: str) -> Outcome:
+    """How the run behind one tool response ended, read back from the notes above (a timeout is not a code error)."""
+    if TIMED_OUT in text:
+        return "timeout"
+    if text.strip().startswith(FAILURE_MARKERS):
+        return "sandbox_failure"
+    if _CODE_ERROR.search(text):
+        return "code_error"
+    return "ok"
 
 
 def truncate_middle(text: str, max_chars: int) -> str:
@@ -40,12 +92,12 @@ def render_result(result: SandboxResult, run_timeout_s: float, max_chars: int) -
         if text.strip():
             return text
         if result.return_code not in (0, None):
-            return f"[process exited with code {result.return_code}, no output]"
+            return exit_note(result.return_code)
         return NO_OUTPUT
     if result.kind == "timeout":
         text = _output(result, max_chars)
-        note = f"[timed out after {run_timeout_s:g} s]"
+        note = timeout_note(run_timeout_s)
         return f"{text.rstrip()}\n{note}" if text.strip() else note
     if result.kind == "sandbox_error":
-        return f"[sandbox error: {result.message}]"
-    return f"[sandbox unavailable: {result.message}; the code was not run]"
+        return sandbox_error(result.message)
+    return sandbox_unavailable(result.message)

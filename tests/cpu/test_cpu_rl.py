@@ -21,9 +21,12 @@ import time
 from pathlib import Path
 
 import pytest
-from kit_testing import CODE_INTERPRETER_SCHEMA, kit_env, step_metrics, tiny_model_dir
+from kit_testing import kit_env, step_metrics, tiny_model_dir
+from omegaconf import OmegaConf
 
 from npu_kernels.platform import CPU
+from recipes.launch import trace
+from recipes.retool.schema import TOOL_SCHEMA
 
 pytestmark = pytest.mark.slow
 
@@ -82,7 +85,7 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             {
                 "class_name": "kit_cpu_calc_tool.CalcTool",
                 "config": {"type": "native"},
-                "tool_schema": CODE_INTERPRETER_SCHEMA,
+                "tool_schema": TOOL_SCHEMA,
             }
         ]
     }
@@ -223,9 +226,18 @@ def test_async_tool_agent_loop(assets: dict[str, Path], tmp_path: Path) -> None:
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={assets['tools']}",
         "trainer.save_freq=-1",
         "trainer.total_training_steps=2",
+        # rollout traces to mlflow's file store, with the environment the launcher gives the Ray job
+        f"{trace.BACKEND_KEY}=mlflow",
+        "actor_rollout_ref.rollout.trace.token2text=True",
     ]
+    traced = OmegaConf.create({"actor_rollout_ref": {"rollout": {"trace": {"backend": "mlflow"}}}})
+    job_env = trace.job_env(traced, str(tmp_path / "ckpt"), {})
+    overrides += [f"++ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in job_env.items()]
     wall = _run_ppo(overrides, tmp_path / "async.log", assets["pythonpath"])
     steps = _check_steps(tmp_path / "async.log", [1, 2])
+    traces, _ = trace.rollout_traces(tmp_path / "ckpt" / "mlruns")
+    # 2 steps x 8 trajectories (train_batch_size 2 x n 4), each one agent_loop trace written by the Ray worker
+    assert traces >= 16, f"{traces} rollout traces in {tmp_path / 'ckpt' / 'mlruns'}"
     for metrics in steps.values():
         assert metrics["num_turns/min"] >= 2, metrics["num_turns/min"]
         # rollout log-probs (HF generate, fp32) agree with the trainer's recomputation: weights were synced

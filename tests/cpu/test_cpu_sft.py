@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from kit_testing import CODE_INTERPRETER_SCHEMA, kit_env, step_metrics, tiny_model_dir
+from kit_testing import kit_env, step_metrics, tiny_model_dir
 
 from npu_kernels.platform import CPU
+from recipes.retool.schema import TOOL_SCHEMA
 
 STEPS = 3
 
@@ -52,7 +53,7 @@ def _write_sft_data(path: Path, rows: int = 16) -> Path:
                     {"role": "tool", "content": str(a * b)},
                     {"role": "assistant", "content": f"The product is \\boxed{{{a * b}}}."},
                 ],
-                "tools": [CODE_INTERPRETER_SCHEMA],
+                "tools": [TOOL_SCHEMA],
             }
         )
     pd.DataFrame(records).to_parquet(path)
@@ -158,7 +159,7 @@ def test_cpu_sft_multiturn_tools_and_merge(tmp_path: Path) -> None:
     assert changed, "the merged model has the initial weights: training or merging lost the update"
     tokenizer = AutoTokenizer.from_pretrained(merged)
     ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Compute 3 * 4."}], tools=[CODE_INTERPRETER_SCHEMA], add_generation_prompt=True
+        [{"role": "user", "content": "Compute 3 * 4."}], tools=[TOOL_SCHEMA], add_generation_prompt=True
     )
     with torch.no_grad():
         logits = trained(input_ids=torch.tensor([ids])).logits

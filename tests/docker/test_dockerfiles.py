@@ -5,6 +5,7 @@ clean. No docker daemon is used: build.sh --dry-run prints the command instead."
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -16,9 +17,12 @@ import pytest
 from kit_testing import REPO_ROOT, kit_env
 
 from npu_kernels import pins
+from npu_kernels.platform import PROFILES
+from npu_kernels.platform.images import image_profiles
 
 DOCKER = REPO_ROOT / "docker"
-DOCKERFILES = {"a2": "Dockerfile.npu", "a3": "Dockerfile.npu", "cuda": "Dockerfile.cuda"}
+#: Every profile with an image -> its Dockerfile's name (the profiles' data; build.sh holds no table).
+DOCKERFILES = {p.name: Path(p.image.dockerfile).name for p in image_profiles() if p.image}
 BASE = {
     "Dockerfile.npu": "FROM ${VLLM_ASCEND_IMAGE}:${VLLM_ASCEND_TAG}",
     "Dockerfile.cuda": "FROM ${VLLM_CUDA_IMAGE}:${VLLM_CUDA_TAG}",
@@ -112,14 +116,18 @@ def test_build_arg_values_come_from_pins(hw: str) -> None:
     for key, value in passed.items():
         if key in pins.load():
             assert value == pins.get(key), f"--build-arg {key}={value}, pins.env says {pins.get(key)}"
+    image = PROFILES[hw].image
+    # FROM ${REPO}:${TAG} of the Dockerfile gets the profile's base image
+    base_line = next(line for line in (DOCKER / DOCKERFILES[hw]).read_text().splitlines() if line.startswith("FROM "))
+    repo_arg, tag_arg = re.findall(r"\$\{(\w+)\}", base_line)
+    assert f"{passed[repo_arg]}:{passed[tag_arg]}" == image.base
+    assert words[words.index("-t") + 1] == image.kit_tag
     if hw == "cuda":
-        base = (passed["VLLM_CUDA_IMAGE"], passed["VLLM_CUDA_TAG"])
-        assert base == (pins.get("VLLM_CUDA_IMAGE"), pins.get("VLLM_CUDA_TAG"))
-        assert words[words.index("-t") + 1] == f"retool-npu-kit:cuda-{pins.get('VLLM_CUDA_TAG')}"
-    else:
+        assert image.base == f"{pins.get('VLLM_CUDA_IMAGE')}:{pins.get('VLLM_CUDA_TAG')}"
+        assert image.kit_tag == f"retool-npu-kit:cuda-{pins.get('VLLM_CUDA_TAG')}"
+    elif hw in ("a2", "a3"):
         tag = pins.get(f"VLLM_ASCEND_TAG_{hw.upper()}")
-        assert (passed["VLLM_ASCEND_IMAGE"], passed["VLLM_ASCEND_TAG"]) == (pins.get("VLLM_ASCEND_IMAGE"), tag)
-        assert words[words.index("-t") + 1] == f"retool-npu-kit:{tag}"
+        assert image.base == f"{pins.get('VLLM_ASCEND_IMAGE')}:{tag}" and image.kit_tag == f"retool-npu-kit:{tag}"
     assert passed["VERL_SOURCE"] == "sdist" and passed["KIT_VERIFY"] == "1"
     assert words[-1] == str(REPO_ROOT), "the build context is the repo root"
 
@@ -153,23 +161,51 @@ def test_requirements_have_names_only_and_cover_the_pins() -> None:
     assert not names & image_owned, f"these come with the base image or must never be installed: {names & image_owned}"
 
 
-def _constraints(hw: str) -> list[str]:
+_CONSTRAINTS_RUN = 'python3 -m npu_kernels.platform constraints --hw "${KIT_HW}" > "${PIP_CONSTRAINT}"'
+
+
+def _copied_before_constraints(dockerfile: str, dest: Path) -> None:
+    """Recreate under ``dest`` exactly what the Dockerfile COPYs into the kit root before it writes the constraints."""
+    for raw in (DOCKER / dockerfile).read_text().replace("\\\n", " ").splitlines():
+        line = raw.strip()
+        if _CONSTRAINTS_RUN in line:
+            return
+        if line.startswith("COPY "):
+            *sources, target = shlex.split(line)[1:]
+            target = target.replace("${KIT_ROOT}", str(dest))
+            for source in sources:
+                src = REPO_ROOT / source
+                into = Path(target) / src.name if target.endswith("/") else Path(target)
+                if src.is_dir():
+                    shutil.copytree(src, Path(target), dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+                else:
+                    into.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(src, into)
+    raise AssertionError(f"{dockerfile} does not write the constraints with: {_CONSTRAINTS_RUN}")
+
+
+def _constraints(hw: str, tmp_path: Path) -> list[str]:
+    """The Dockerfile's constraints step as the build runs it: only the files copied so far, no site-packages (-S:
+    the base image's python3 has none of the kit's requirements yet)."""
+    root = tmp_path / "kit"
+    _copied_before_constraints(DOCKERFILES[hw], root)
     proc = subprocess.run(
-        ["bash", str(DOCKER / "make_constraints.sh"), "--hw", hw],
+        [sys.executable, "-S", "-m", "npu_kernels.platform", "constraints", "--hw", hw, "--python", sys.executable],
         capture_output=True,
         text=True,
         timeout=30,
-        env={**kit_env(), "PYTHON": sys.executable},
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(root)},
     )
     assert proc.returncode == 0, proc.stderr
     return [line for line in proc.stdout.splitlines() if line and not line.startswith("#")]
 
 
 @pytest.mark.parametrize("hw", ["a2", "a3", "cuda"])
-def test_constraints_come_from_pins(hw: str) -> None:
+def test_constraints_come_from_pins(hw: str, tmp_path: Path) -> None:
     from packaging.requirements import Requirement
 
-    lines = _constraints(hw)
+    lines = _constraints(hw, tmp_path)
     for line in lines:
         Requirement(line)  # pip must be able to read every line
     spec = {Requirement(line).name.lower(): str(Requirement(line).specifier) for line in lines}
@@ -193,7 +229,7 @@ def test_dockerfiles_export_the_constraints_and_install_one_requirements_file() 
     for name in sorted(BASE):
         text = (DOCKER / name).read_text()
         assert "PIP_CONSTRAINT=/etc/retool-kit/constraints.txt" in text
-        assert 'make_constraints.sh" --hw "${KIT_HW}" > "${PIP_CONSTRAINT}"' in text
+        assert _CONSTRAINTS_RUN in text
         assert text.count("pip install -r") == 1 and "docker/requirements.txt" in text
         assert "setup_verl.sh" in text and "bubblewrap" in text
 
@@ -217,11 +253,11 @@ def test_build_time_commands_are_valid(name: str) -> None:
     assert proc.returncode in (0, 1), proc.stderr  # 1: this CPU venv is not the image's stack; 2 would be a usage error
     groups = {c["check"].split(".")[0] for c in json.loads(proc.stdout)["checks"]}
     assert groups <= {"versions", "patches"}
-    env_cmd = re.search(r'python3 -m npu_kernels\.device env --phase "\$\{phase\}" --hw "\$\{KIT_HW\}"', text)
-    assert env_cmd, f"{name} must generate the env presets with npu_kernels.device"
+    env_cmd = re.search(r'python3 -m npu_kernels\.platform env --phase "\$\{phase\}" --hw "\$\{KIT_HW\}"', text)
+    assert env_cmd, f"{name} must generate the env presets with npu_kernels.platform"
     for phase in ("sft", "rl"):
         out = subprocess.run(
-            [sys.executable, "-m", "npu_kernels.device", "env", "--phase", phase, "--hw", hw],
+            [sys.executable, "-m", "npu_kernels.platform", "env", "--phase", phase, "--hw", hw],
             env=kit_env(),
             capture_output=True,
             text=True,

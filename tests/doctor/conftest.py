@@ -1,6 +1,8 @@
-"""A fake Atlas A3 node for the doctor: stub torch / torch_npu, package metadata at the pinned versions, a patched
-verl record, a CANN tree, /dev with 16 davinci nodes, an npu-smi that prints real-format output, Ray resources, a
-sandbox that answers pong, and the environment CANN's set_env.sh plus the kit's rl preset would produce.
+"""A fake Atlas A3 node for the doctor: stub torch / torch_npu (torch_npu registers the hccl backend with the stub
+torch.distributed, as the real one does), package metadata at the pinned versions, a patched verl record, a CANN
+tree, /dev with 16 davinci nodes, an npu-smi that prints real-format output, Ray resources, the host's interfaces as
+``ip -o -4 addr`` prints them, a sandbox that answers pong, and the environment CANN's set_env.sh plus the kit's rl
+preset would produce.
 
 ``FakeA3`` builds the good node; tests then plant one fault and run ``retool-doctor`` against it in a fresh
 interpreter (the stub torch_npu must not leak into the test process). The stub ``torch`` shadows the real one so each
@@ -27,6 +29,14 @@ from npu_kernels import pins
 from npu_kernels.platform import PROFILES
 
 A3_DEVICES = 16
+#: This node's address and the interface that carries it, among a loopback and a docker bridge.
+NODE_IP = "10.20.0.7"
+NODE_NIC = "enp189s0f0"
+IP_ADDR_TEXT = f"""\
+1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever
+2: {NODE_NIC}    inet {NODE_IP}/24 brd 10.20.0.255 scope global {NODE_NIC}\\    valid_lft forever preferred_lft forever
+5: docker0    inet 172.17.0.1/16 brd 172.17.255.255 scope global docker0\\       valid_lft forever preferred_lft forever
+"""
 CANN_BUILD = "8.3.0.2.220"  # the build id in front of the release in version.cfg; any value, only the release counts
 
 # The vllm_ascend 0.11.0 env table, abridged: the doctor only needs the dict literal's keys.
@@ -83,6 +93,32 @@ def npu_smi_a3_text(health: dict[int, str] | None = None, hbm_used: dict[int, in
         lines.append(f"| {'No running processes found in NPU ' + str(npu):<94} |")
         lines.append(eq_rule)
     return "\n".join(lines) + "\n"
+
+
+# torch.distributed as far as the doctor asks it: the backend registry (Backend.register_backend appends to
+# Backend.backend_list in torch) and is_backend_available.
+TORCH_DISTRIBUTED_STUB = """
+class Backend:
+    backend_list = ["gloo"]
+
+    @classmethod
+    def register_backend(cls, name, func, extended_api=False, devices=None):
+        cls.backend_list.append(name.lower())
+
+
+def is_available():
+    return True
+
+
+def is_backend_available(backend):
+    return backend.lower() in Backend.backend_list
+"""
+
+# What torch_npu/__init__.py (Ascend/pytorch) does on import: register hccl with torch.distributed.
+HCCL_REGISTRATION = """
+import torch.distributed
+torch.distributed.Backend.register_backend("hccl", None, devices=["npu"])
+"""
 
 
 def _dist_info(site: Path, name: str, version: str) -> None:
@@ -178,6 +214,10 @@ class FakeA3:
         return self.root / "ray_resources.json"
 
     @property
+    def ip_addr(self) -> Path:
+        return self.root / "ip_addr.txt"
+
+    @property
     def model(self) -> Path:
         return self.root / "Qwen3-4B-Instruct-2507"
 
@@ -207,6 +247,7 @@ class FakeA3:
         (self.model / "tokenizer.json").write_text("{}")
         (self.model / "model.safetensors").write_bytes(b"\0" * 4096)
         self.data.write_bytes(b"PAR1" + b"\0" * 64 + b"PAR1")
+        self.ip_addr.write_text(IP_ADDR_TEXT)
         self.env = self._good_env()
         return self
 
@@ -214,10 +255,10 @@ class FakeA3:
         site = self.site
         (site / "torch").mkdir(parents=True)
         (site / "torch" / "__init__.py").write_text(f"__version__ = {pins.get('NPU_TORCH_VERSION')!r}\n")
+        (site / "torch" / "distributed").mkdir()
+        (site / "torch" / "distributed" / "__init__.py").write_text(TORCH_DISTRIBUTED_STUB)
         (site / "torch_npu" / "npu").mkdir(parents=True)
-        (site / "torch_npu" / "__init__.py").write_text(
-            f"__version__ = {pins.get('TORCH_NPU_VERSION')!r}\nfrom . import npu\n"
-        )
+        self.set_hccl_registered(True)
         (site / "torch_npu" / "npu" / "__init__.py").write_text(
             textwrap.dedent(
                 f"""
@@ -286,6 +327,11 @@ class FakeA3:
     def set_ray(self, resources: dict[str, float]) -> None:
         self.ray_json.write_text(json.dumps(resources))
 
+    def set_hccl_registered(self, registered: bool) -> None:
+        """The stub torch_npu, with or without the hccl registration a real one does on import."""
+        text = f"__version__ = {pins.get('TORCH_NPU_VERSION')!r}\nfrom . import npu\n"
+        (self.site / "torch_npu" / "__init__.py").write_text(text + (HCCL_REGISTRATION if registered else ""))
+
     def set_patch_record(self, text: str) -> None:
         (self.site / "verl" / "version" / "kit_patches").write_text(text)
 
@@ -294,12 +340,19 @@ class FakeA3:
         # itself a known-bad setting on an NPU host, so the good node does not have it.
         drop = (
             "KIT_DEVICE",
+            "KIT_HW",
             "ASCEND_RT_VISIBLE_DEVICES",
             "RAY_ADDRESS",
             "TORCH_DEVICE_BACKEND_AUTOLOAD",
             "KIT_PATCH_DIR",
+            "RETOOL_SANDBOX_URL",
+            "MASTER_ADDR",
         )
-        env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith(("ASCEND_", "ATB_", "VLLM_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in drop and not k.startswith(("ASCEND_", "ATB_", "VLLM_")) and not k.endswith("_SOCKET_IFNAME")
+        }
         toolkit = str(self.toolkit)
         atb = str(self.cann / "nnal" / "atb" / "latest" / "atb" / "cxx_abi_0")
         env.update(
@@ -319,7 +372,8 @@ class FakeA3:
                 env[entry.name] = entry.value
         return env
 
-    def run(self, *extra: str, env: dict[str, str] | None = None) -> DoctorRun:
+    def run(self, *extra: str, env: dict[str, str] | None = None, sandbox_flag: bool = True) -> DoctorRun:
+        """The doctor against this node; ``sandbox_flag=False`` leaves the sandbox URL to the environment."""
         args = [
             "--json",
             "--phase",
@@ -330,8 +384,11 @@ class FakeA3:
             str(self.cann),
             "--ray-resources-json",
             str(self.ray_json),
-            "--sandbox-url",
-            self.sandbox_url,
+            *(["--sandbox-url", self.sandbox_url] if sandbox_flag else []),
+            "--node-ip",
+            NODE_IP,
+            "--ip-addr-file",
+            str(self.ip_addr),
             "--model",
             str(self.model),
             "--data",

@@ -4,6 +4,7 @@ nothing else turned red."""
 
 from __future__ import annotations
 
+import shlex
 import socket
 import subprocess
 import sys
@@ -14,11 +15,27 @@ from typing import TYPE_CHECKING
 import pytest
 
 from npu_kernels import pins
+from npu_kernels.platform import NPU
 
 if TYPE_CHECKING:  # the fixture's class; conftest modules are not importable by name in importlib mode
     from conftest import FakeA3
 
-GROUPS_ON_NPU = {"platform", "cann", "npu-smi", "versions", "patches", "ray", "env", "sandbox", "paths", "disk"}
+GROUPS_ON_NPU = {
+    "platform",
+    "cann",
+    "npu-smi",
+    "network",
+    "versions",
+    "patches",
+    "ray",
+    "env",
+    "sandbox",
+    "paths",
+    "disk",
+}
+NODE_IP, NODE_NIC = "10.20.0.7", "enp189s0f0"  # conftest's fake interfaces
+#: How the doctor tells the user to restart Ray with the node's 16 NPUs: the platform's own start arguments.
+RAY_START_16 = shlex.join(["ray", "start", "--head", *NPU.ray_start_args(16)])
 
 
 def test_good_a3_node_passes(fake_a3: FakeA3) -> None:
@@ -40,6 +57,10 @@ def test_good_a3_node_passes(fake_a3: FakeA3) -> None:
         "present": fake_a3.DEVICES,
     }
     assert run.check("sandbox")["details"]["rtt_ms"] > 0
+    assert run.check("platform.dist")["details"] == {"backend": "hccl"}
+    network = run.check("network")
+    assert (network["details"]["node_ip"], network["details"]["interface"]) == (NODE_IP, NODE_NIC)
+    assert f"HCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME/TP_SOCKET_IFNAME={NODE_NIC}" in network["summary"]
 
 
 def _without(env: dict[str, str], *names: str) -> dict[str, str]:
@@ -146,7 +167,7 @@ FAULTS: dict[str, Fault] = {
     "Ray NPU total 10 of 16": Fault(
         _then(lambda n: n.set_ray({"NPU": 10.0, "CPU": 320.0})),
         {"ray"},
-        ("ray stop", "ascend-toolkit/set_env.sh", "ray start --head --resources='{\"NPU\": 16}'"),
+        ("ray stop", "ascend-toolkit/set_env.sh", RAY_START_16),
     ),
     "VLLM_ASCEND_ENABLE_NZ=1 in rl": Fault(
         _with_env(VLLM_ASCEND_ENABLE_NZ="1"), {"env.bad.VLLM_ASCEND_ENABLE_NZ"}, ("export VLLM_ASCEND_ENABLE_NZ=0",)
@@ -181,7 +202,7 @@ FAULTS: dict[str, Fault] = {
     ),
     "vllm-ascend not installed": Fault(_then(_drop_vllm_ascend), {"versions.vllm-ascend"}, ("docker/build.sh",)),
     "sandbox down": Fault(
-        lambda n: (n.env, ["--sandbox-url", _closed_port_url()]), {"sandbox"}, ("python -m sandbox",)
+        lambda n: (n.env, ["--sandbox-url", _closed_port_url()]), {"sandbox"}, ("retool-sandbox serve",)
     ),
     "model path missing": Fault(_missing_model, {"paths.model"}, ("hf download",)),
     "not enough disk for checkpoints": Fault(_args("--min-free-gb", "1e9"), {"disk"}, ("--ckpt-dir",)),
@@ -228,6 +249,31 @@ def test_planted_fault_fails_with_its_fix(fake_a3: FakeA3, name: str) -> None:
             "env.preset",
             "npu_kernels.platform env --phase rl --hw a3",
         ),
+        (
+            # issue 14 (12): a failing case for the over-count warning (Ray told of more NPUs than the node has).
+            "Ray NPU total 32 of 16",
+            _then(lambda n: n.set_ray({"NPU": 32.0, "CPU": 320.0})),
+            "ray",
+            "restart Ray with the real count: ray stop; source {cann}/ascend-toolkit/set_env.sh; ",
+        ),
+        (
+            "HCCL_SOCKET_IFNAME names the docker bridge",
+            _with_env(HCCL_SOCKET_IFNAME="docker0"),
+            "network.ifname.HCCL_SOCKET_IFNAME",
+            f"export HCCL_SOCKET_IFNAME={NODE_NIC}",
+        ),
+        (
+            "GLOO_SOCKET_IFNAME takes exact names, not prefixes",
+            _with_env(GLOO_SOCKET_IFNAME="enp"),
+            "network.ifname.GLOO_SOCKET_IFNAME",
+            f"export GLOO_SOCKET_IFNAME={NODE_NIC}",
+        ),
+        (
+            "torch_npu does not register hccl",
+            _then(lambda n: n.set_hccl_registered(False)),
+            "platform.dist",
+            "the hccl backend",
+        ),
     ],
 )
 def test_warnings_are_named_but_do_not_fail(fake_a3: FakeA3, name: str, plant, warned: str, fix: str) -> None:
@@ -235,8 +281,35 @@ def test_warnings_are_named_but_do_not_fail(fake_a3: FakeA3, name: str, plant, w
     run = fake_a3.run(*extra, env=env)
     assert run.returncode == 0, f"{name}: a WARN must not fail the run\n{run.stdout}"
     assert set(run.by_status("WARN")) == {warned} | ({"npu-smi"} if warned.startswith("npu-smi.health") else set())
-    assert fix in run.by_status("WARN")[warned]["fix"]
+    assert fix.format(cann=fake_a3.cann) in run.by_status("WARN")[warned]["fix"]
     assert not run.by_status("FAIL")
+
+
+def test_ray_overcount_names_both_counts(fake_a3: FakeA3) -> None:
+    fake_a3.set_ray({"NPU": 32.0})
+    ray = fake_a3.run().check("ray")
+    assert ray["status"] == "WARN" and "exceeds the 16 devices" in ray["summary"]
+    assert (ray["details"]["ray"], ray["details"]["present"]) == (32, 16)
+    assert ray["fix"].endswith(RAY_START_16)
+
+
+def test_socket_ifname_prefixes_and_exact_names_that_select_the_node_nic_pass(fake_a3: FakeA3) -> None:
+    """HCCL takes prefixes (``enp`` selects enp189s0f0) and ``=name``; Gloo and TensorPipe take exact names."""
+    env = {**fake_a3.env, "HCCL_SOCKET_IFNAME": "enp", "GLOO_SOCKET_IFNAME": NODE_NIC, "TP_SOCKET_IFNAME": NODE_NIC}
+    run = fake_a3.run(env=env)
+    assert not run.by_status("WARN"), run.stdout
+    network = run.check("network")
+    assert network["status"] == "OK" and network["details"]["set"]["HCCL_SOCKET_IFNAME"] == "enp"
+
+
+def test_sandbox_url_defaults_to_retool_sandbox_url(fake_a3: FakeA3) -> None:
+    """issue 14 (10): without --sandbox-url the doctor checks the sandbox the recipes would call."""
+    run = fake_a3.run(env={**fake_a3.env, "RETOOL_SANDBOX_URL": fake_a3.sandbox_url}, sandbox_flag=False)
+    sandbox = run.check("sandbox")
+    assert sandbox["status"] == "OK" and sandbox["details"]["given_by"] == "RETOOL_SANDBOX_URL"
+    run = fake_a3.run(env={**fake_a3.env, "RETOOL_SANDBOX_URL": _closed_port_url()}, sandbox_flag=False)
+    assert run.returncode == 1 and set(run.by_status("FAIL")) == {"sandbox"}
+    assert "RETOOL_SANDBOX_URL" in run.check("sandbox")["fix"]
 
 
 def test_unread_variable_is_found_by_reading_the_installed_package(fake_a3: FakeA3) -> None:

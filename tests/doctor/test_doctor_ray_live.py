@@ -4,6 +4,7 @@ made-up NPU total of 10 while the fake /dev has 16 davinci nodes: the A3 underco
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from kit_testing import REPO_ROOT, kit_env
+
+from npu_kernels.platform import NPU
 
 DRIVER = textwrap.dedent(
     """
@@ -52,4 +55,4 @@ def test_live_ray_cluster_undercount(tmp_path: Path) -> None:
     (ray,) = json.loads(result["stdout"])["checks"]
     assert ray["status"] == "FAIL" and ray["details"]["ray"] == 10 and ray["details"]["present"] == 16, ray
     assert ray["details"]["source"].startswith("ray cluster at ")
-    assert """ray start --head --resources='{"NPU": 16}'""" in ray["fix"]
+    assert shlex.join(["ray", "start", "--head", *NPU.ray_start_args(16)]) in ray["fix"]

@@ -17,6 +17,7 @@ from npu_kernels.platform import PROFILE_NAMES as HARDWARE
 from npu_kernels.platform import PROFILES, current_platform
 from recipes.launch import catalog, cli, plan, report
 from recipes.launch.catalog import CONFIG_DIR, RECIPES
+from recipes.retool import REWARD_PATH, TOOL_CONFIG_PATH
 
 ALL = [(name, hw) for name in RECIPES for hw in HARDWARE]
 FAKE_HOME = "/nonexistent/kit-home"
@@ -113,8 +114,8 @@ def test_qwen3_4b_a3_is_the_reference_run(plans: dict[tuple[str, str], plan.Plan
     vk = arr.rollout.val_kwargs
     assert (vk.n, vk.temperature, vk.top_p, vk.top_k) == (30, 0.7, 0.8, 20)
     assert rl.trainer.val_before_train
-    assert rl.custom_reward_function.path == str(plan.KIT_REWARD_PATH)
-    assert mt.tool_config_path == str(plan.KIT_TOOL_CONFIG)
+    assert rl.custom_reward_function.path == str(REWARD_PATH)
+    assert mt.tool_config_path == str(TOOL_CONFIG_PATH)
     assert rl.data.custom_cls.path == "pkg://recipes.retool.dataset"
 
 

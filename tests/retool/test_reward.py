@@ -12,10 +12,17 @@ import numpy as np
 import pytest
 
 from recipes.retool import verify
-from recipes.retool.reward import NumTurnsMissingError, compute_score, shaped_score
+from recipes.retool.reward import (
+    REWARD_KWARGS,
+    NumTurnsMissingError,
+    RewardConfigError,
+    compute_score,
+    reward_kwargs_problems,
+    shaped_score,
+)
 from recipes.retool.verify import MathVerifyPool, judge
 
-KEYS = {"score", "acc", "pred", "has_answer", "tool_rounds", "used_tool", "num_turns", "verifier"}
+KEYS = {"score", "acc", "acc_strict", "pred", "has_answer", "tool_rounds", "used_tool", "num_turns", "verifier"}
 
 
 def score(response: str, ground_truth: str = "204", num_turns: int = 4, **kwargs) -> dict:
@@ -121,8 +128,35 @@ def test_tool_rounds_from_num_turns() -> None:
 
 
 def test_unknown_shaping_is_a_config_error() -> None:
-    with pytest.raises(ValueError, match="unknown ReTool reward shaping 'paper'"):
+    with pytest.raises(RewardConfigError, match="shaping=paper: one of none, verl, no_tool_penalty"):
         score("\\boxed{204}", shaping="paper")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"verifier": "loose"}, "verifier=loose: one of kit, strict"),
+        ({"no_tool_penalty": -0.1}, "no_tool_penalty=-0.1: a number >= 0"),
+        ({"no_tool_penalty": "much"}, "no_tool_penalty=much: a number >= 0"),
+        ({"verify_timeout_s": float("nan")}, "verify_timeout_s=nan: a number >= 0"),
+        ({"verify_timeout_s": True}, "verify_timeout_s=True: a number >= 0"),
+    ],
+)
+def test_bad_reward_kwargs_are_config_errors(kwargs: dict, message: str) -> None:
+    with pytest.raises(RewardConfigError, match=message):
+        score("\\boxed{204}", **kwargs)
+
+
+def test_kwargs_problems_lists_every_problem_and_unknown_keys_on_request() -> None:
+    kwargs = {"shaping": "paper", "verifier": "loose", "penalty": 1}
+    assert reward_kwargs_problems(kwargs) == [
+        "shaping=paper: one of none, verl, no_tool_penalty",
+        "verifier=loose: one of kit, strict",
+    ]
+    unknown = reward_kwargs_problems(kwargs, unknown_keys=True)[0]
+    assert unknown.startswith("penalty: the kit's reward takes ") and "verifier" in unknown
+    assert set(REWARD_KWARGS) == {"shaping", "no_tool_penalty", "verify_timeout_s", "verifier"}
+    assert reward_kwargs_problems({"shaping": "verl", "verifier": "strict", "no_tool_penalty": 0}) == []
 
 
 @pytest.mark.parametrize("extra_info", [None, {}, {"index": 3}])

@@ -2,7 +2,8 @@
 
 The servers run ``python -m sandbox serve`` from this checkout, so the tests exercise exactly what the console
 script runs. Isolation is parametrised: ``bwrap`` (skipped, with the reason, where bubblewrap cannot run) and
-``none`` (the fallback).
+``none`` (the fallback). ``KIT_REQUIRE_BWRAP=1`` (set by .ci/run) turns that skip into a failure, so a CI host
+whose bwrap cannot create namespaces does not pass with no isolation checked (issue 14 item 12).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from kit_testing import free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REQUEST_PROCESS_NAME = "sbx-req"  # sandbox.worker_main.REQUEST_PROCESS_NAME
+REQUIRE_BWRAP_ENV = "KIT_REQUIRE_BWRAP"
 
 
 def bwrap_skip_reason() -> str | None:
@@ -41,6 +43,13 @@ def bwrap_skip_reason() -> str | None:
     if proc.returncode != 0:
         return f"bwrap cannot create namespaces here: {proc.stderr.strip()[:200]}"
     return None
+
+
+def bwrap_unavailable(reason: str) -> None:
+    """Skip a bwrap case with ``reason``, or fail it when the environment requires working bwrap."""
+    if os.environ.get(REQUIRE_BWRAP_ENV, "").strip() == "1":
+        pytest.fail(f"{REQUIRE_BWRAP_ENV}=1 but the bwrap sandbox cannot be tested here: {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
 @dataclass
@@ -125,7 +134,7 @@ def start_server(tmp_dir: Path, *args: str, isolation: str = "auto", workers: in
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxServer]:
     """A warm server per isolation mode, shared by the API and battery tests."""
     if request.param == "bwrap" and (reason := bwrap_skip_reason()):
-        pytest.skip(reason)
+        bwrap_unavailable(reason)
     with start_server(tmp_path_factory.mktemp(f"sbx-{request.param}"), isolation=request.param) as srv:
         assert srv.health["isolation"]["mode"] == request.param
         yield srv
@@ -137,6 +146,7 @@ def helpers() -> SimpleNamespace:
     return SimpleNamespace(
         start_server=start_server,
         bwrap_skip_reason=bwrap_skip_reason,
+        bwrap_unavailable=bwrap_unavailable,
         request_processes=request_processes,
         run_dirs=run_dirs,
         wait_until_clean=wait_until_clean,

@@ -17,8 +17,10 @@ SLACK_S = 1.0
 def _claims(server, what: str) -> bool:
     """What the running server says it protects (tests hold it to exactly that, and skip the rest with a reason)."""
     iso = server.health["isolation"]
-    if what == "files":
-        return iso["mode"] == "bwrap" or iso["privilege"] == "uid"
+    if what == "files":  # an allowlist root, Landlock, or a uid that owns nothing
+        return iso["mode"] == "bwrap" or iso["privilege"] == "uid" or iso["filesystem"] == "landlock"
+    if what == "signals":  # a run cannot signal the worker: another uid, or Landlock's signal scope (ABI >= 6)
+        return iso["privilege"] == "uid" or server.health["filesystem"].get("landlock_abi", 0) >= 6
     if what == "processes":
         return iso["privilege"] in ("uid", "ruid") or os.geteuid() != 0
     if what == "network":
@@ -193,7 +195,7 @@ def test_killing_the_parent(settled) -> None:
     program = "import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(1)\nprint('survived')"
     code, body, seconds = settled.run(program, run_timeout=5)
     assert seconds <= 5 + SLACK_S
-    if _claims(settled, "files"):  # a different uid: the worker cannot be signalled
+    if _claims(settled, "signals"):  # the worker cannot be signalled
         assert body["status"] == "Failed" and "PermissionError" in body["run_result"]["stderr"]
     else:  # same privileges: the worker dies, the run is a sandbox error, the worker is replaced
         assert body["status"] in ("Failed", "SandboxError"), body

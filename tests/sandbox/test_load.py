@@ -1,5 +1,6 @@
-"""Load and overload: 500 requests at 32 concurrent clients lose nothing; past workers + queue the answer is an
-immediate 503 with a SandboxError body, and clients that retry get through."""
+"""Load and overload: 500 requests at 32 concurrent clients lose nothing; a burst of simultaneous clients up to
+workers + queue is queued, not refused; past that the answer is an immediate 503 with a SandboxError body (the
+burst bench counts it), and clients that retry get through."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import time
 
 import httpx
 import pytest
+
+from sandbox.bench_burst import format_burst, run_burst
 
 CODE = "print(sum(range(10**5)))"
 EXPECTED = "4999950000\n"
@@ -68,6 +71,10 @@ def test_overload_is_an_immediate_503(helpers, tmp_path) -> None:
         assert max(r[2] for r in refused) < 1.0, "overload answers must not wait"
         metrics = httpx.get(f"{srv.base}/metrics").text
         assert _metric(metrics, "retool_sandbox_rejected_total") == len(refused)
+        # The burst bench counts those refusals (it never retries): 12 at once against 1 worker + 2 queued.
+        burst = asyncio.run(run_burst(srv.url, "print", 12, timeout=30, deadline=60))
+        assert burst.unavailable >= 1 and burst.ok >= 3 and burst.ok + burst.unavailable == 12
+        assert not burst.clean and "unavailable: HTTP 503" in format_burst(burst)
         # A client that backs off and retries gets through.
         code, body, _ = srv.run("print('after the storm')")
         assert code == 200 and body["status"] == "Success"
@@ -86,3 +93,13 @@ def test_cold_path(helpers, tmp_path, mode) -> None:
         results = asyncio.run(_fire(srv.url, 20, 8))
         assert all(c == 200 and b["run_result"]["stdout"] == EXPECTED for c, b, _ in results)
         helpers.wait_until_clean(srv)
+
+
+def test_a_burst_within_workers_plus_queue_is_queued_not_refused(server) -> None:
+    """256 clients at the same instant against 2 workers (default queue 1,024): every one answered correctly."""
+    assert server.health["max_queue"] >= 256
+    result = asyncio.run(run_burst(server.url, "print", 256, timeout=120, deadline=240))
+    assert result.clean and result.ok == 256, format_burst(result)
+    assert 0 < result.p50_ms <= result.p99_ms <= result.max_ms
+    metrics = httpx.get(f"{server.base}/metrics").text
+    assert _metric(metrics, "retool_sandbox_queued") == 0 and _metric(metrics, "retool_sandbox_in_flight") == 0

@@ -1,7 +1,9 @@
 """``retool-eval`` on a hand-made verl validation dump: every number below is computed by hand in the comments.
 
 The dump is in verl 0.6.1's ``_dump_generations`` layout (``input``, ``output``, ``gts``, ``score``, ``step`` plus
-the kit reward's extra keys), without ``data_source`` (verl does not dump it): sources come from ``--data``.
+the kit reward's extra keys), without ``data_source`` (verl does not dump it): sources come from ``--data``. It has
+no ``acc_strict`` (a dump from before the reward reported it), so the strict accuracy is computed from ``output``
+with verl's math_dapo; ``test_eval_reads_the_dumped_strict_accuracy`` covers a dump that has it.
 """
 
 from __future__ import annotations
@@ -37,11 +39,12 @@ P1, P2, P3 = "What is $3 \\times 4$?", "Compute $4 + 5$.", "Find $x$ with $x^2 =
 # (problem, response, ground truth, acc, pred, tool_rounds)
 RECORDS = [
     # P1 (source arith): right, wrong, wrong, right -> n=4, c=2; preds 12, 13, 13, 12: tie -> "12" (first) -> maj ok
+    # strict (verl's math_dapo): the last answer's spaces make it wrong -> 1/4
     (P1, _tool_turn("12") + "\\boxed{12}", "12", True, "12", 1),
     (P1, _tool_turn(TRACEBACK) + "\\boxed{13}", "12", False, "13", 1),
     (P1, BAD_CALL + "\\boxed{13}", "12", False, "13", 0),
-    (P1, "\\boxed{12}", "12", True, "12", 0),
-    # P2 (source arith): c=1; preds 7, 7, -, 9 -> majority "7" -> wrong
+    (P1, "\\boxed{ 12 }", "12", True, "12", 0),
+    # P2 (source arith): c=1 (strict too); preds 7, 7, -, 9 -> majority "7" -> wrong
     (P2, "\\boxed{7}", "9", False, "7", 0),
     (P2, _tool_turn("[timed out after 30 s]") + "\\boxed{7}", "9", False, "7", 1),
     (P2, "no idea", "9", False, "", 0),
@@ -140,12 +143,13 @@ def test_eval_numbers_per_source_and_problem(dump: dict[str, Path], tmp_path: Pa
     assert report["ks"] == {"arith": [1, 2, 4], "aime": [1, 2, 4]}
     assert arith["problems"] == 2 and arith["samples"] == 8 and arith["n"] == 4
     assert arith["mean@4"] == pytest.approx((2 / 4 + 1 / 4) / 2)  # 0.375
+    assert arith["strict_mean@4"] == pytest.approx((1 / 4 + 1 / 4) / 2)  # 0.25: P1's "\\boxed{ 12 }" fails math_dapo
     assert arith["best@4"] == pytest.approx(1.0)
     assert arith["maj@4"] == pytest.approx(0.5)  # P1 vote "12" (tie, first seen) right; P2 vote "7" wrong
     assert arith["pass@1"] == pytest.approx((0.5 + 0.25) / 2)
     assert arith["pass@2"] == pytest.approx((5 / 6 + 0.5) / 2)
     assert arith["pass@4"] == pytest.approx(1.0)
-    assert {aime[k] for k in ("mean@4", "best@4", "maj@4", "pass@1", "pass@2", "pass@4")} == {0.0}
+    assert {aime[k] for k in ("mean@4", "strict_mean@4", "best@4", "maj@4", "pass@1", "pass@2", "pass@4")} == {0.0}
 
     tool = report["tool_use"]
     assert tool["tool_calls"] == 5  # 4 well-formed calls (P1 #1, #2, P2 #2, #4) + the cut-off one
@@ -159,11 +163,14 @@ def test_eval_numbers_per_source_and_problem(dump: dict[str, Path], tmp_path: Pa
     assert set(problems) == {P1, P2, P3}, "the kit's prompt template is stripped back to the problem"
     p1 = problems[P1]
     assert (p1["n"], p1["correct"], p1["majority_answer"], p1["maj@4"]) == (4, 2, "12", 1.0)
+    assert (p1["correct_strict"], p1["strict_mean@4"]) == (1, 0.25)
     assert p1["pass@2"] == pytest.approx(5 / 6)
     assert problems[P2]["majority_answer"] == "7" and problems[P2]["maj@4"] == 0.0
 
     markdown = out_md.read_text()
-    assert "| arith | 2 | 8 | 0.375 | 0.500 | 1.000 | 0.375 | 0.667 | 1.000 |" in markdown, markdown
+    assert "| arith | 2 | 8 | 0.375 | 0.250 | 0.500 | 1.000 | 0.375 | 0.667 | 1.000 |" in markdown, markdown
+    assert "| data source | problems | samples | mean@4 | strict mean@4 | maj@4 |" in markdown
+    assert "| 2/4 | 1/4 | 12 |" in markdown  # P1: correct/n, strict/n, majority
     assert "## Per problem" in markdown and "What is $3 \\times 4$?" in markdown
 
 
@@ -184,6 +191,20 @@ def test_eval_step_selection_and_unmatched_sources(dump: dict[str, Path], tmp_pa
     assert main([str(dump["folder"]), "--step", "7", "--quiet"]) == 2
 
 
+def test_eval_reads_the_dumped_strict_accuracy(tmp_path: Path) -> None:
+    """A dump from the current reward carries ``acc_strict``: it is read, not recomputed from the output."""
+    folder = tmp_path / "dump"
+    path = _write_dump(folder, 5, RECORDS[:4])
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    for record, strict in zip(records, [False, False, False, True], strict=True):  # not what math_dapo would say
+        record["acc_strict"] = strict
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = tmp_path / "e.json"
+    assert main([str(folder), "--json", str(out), "--quiet"]) == 0
+    source = json.loads(out.read_text())["sources"]["all"]
+    assert source["mean@4"] == 0.5 and source["strict_mean@4"] == 0.25
+
+
 def test_eval_generic_file_uses_the_kit_verifier(tmp_path: Path) -> None:
     """A generations file with other field names and no ``acc``: answers are checked as the reward checks them."""
     path = tmp_path / "gen.jsonl"
@@ -200,6 +221,7 @@ def test_eval_generic_file_uses_the_kit_verifier(tmp_path: Path) -> None:
     assert main([str(path), "--json", str(out), "--quiet"]) == 0
     d = json.loads(out.read_text())["sources"]["d"]
     assert d["n"] == 3 and d["mean@3"] == pytest.approx((2 / 3 + 1 / 3) / 2)
+    assert d["strict_mean@3"] == pytest.approx((1 / 3 + 1 / 3) / 2)  # "\\boxed{42.0}" is wrong for math_dapo
     # q1: "42" and "42.0" are one answer in the kit's canonical form (2 votes) -> right; q2: "1" vs "2" tie -> "1",
     # seen first -> right
     assert d["maj@3"] == pytest.approx(1.0)

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
-import pytest
-from kit_testing import REPO_ROOT, kit_env
-
 from recipes.smoke import make_data
-from recipes.smoke.pipeline import Stage, render_table, sandbox_counters
 from recipes.smoke.progress import step_metrics
+from recipes.smoke.report import Stage, render_table
+from recipes.smoke.sandbox_service import sandbox_counters
 
 METRICS = """# HELP retool_sandbox_requests_total /run_code requests answered, by top-level status.
 # TYPE retool_sandbox_requests_total counter
@@ -66,7 +63,7 @@ def test_sft_rows_fit_the_smoke_max_length(tmp_path: Path) -> None:
     from verl.utils.dataset.multiturn_sft_dataset import MultiTurnSFTDataset
 
     from recipes.retool.prepare import main as prepare
-    from recipes.smoke.pipeline import SFT_MAX_LENGTH
+    from recipes.smoke.commands import SFT_MAX_LENGTH
 
     out = tmp_path / "sft.parquet"
     assert prepare(["sft", "--input", str(make_data.DATA_DIR / "retool_sft.jsonl"), "--output", str(out)]) == 0
@@ -113,27 +110,3 @@ def test_render_table() -> None:
     table = render_table(summary)
     assert "| sft   | ok     | 10.0    | loss 11.9 -> 0.9" in table, table
     assert "| rl    | failed | 2.5" in table and "| total | FAILED | 12.5" in table
-
-
-def _smoke(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["bash", str(REPO_ROOT / "scripts" / "smoke.sh"), *args],
-        capture_output=True,
-        text=True,
-        env=kit_env(),
-        cwd=REPO_ROOT,
-        timeout=60,
-    )
-
-
-def test_smoke_help_and_bad_arguments() -> None:
-    proc = _smoke("--help")
-    assert proc.returncode == 0 and "--fast" in proc.stdout and "summary.json" in proc.stdout
-    proc = _smoke("--bogus")
-    assert proc.returncode == 2 and "unknown argument" in proc.stderr
-
-
-@pytest.mark.parametrize("args", [["--out"], ["--device"]])
-def test_smoke_options_need_values(args: list[str]) -> None:
-    proc = _smoke(*args)
-    assert proc.returncode == 2 and "needs a value" in proc.stderr

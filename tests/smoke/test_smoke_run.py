@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -48,6 +49,10 @@ def test_every_stage_ok_and_table_printed(smoke: dict) -> None:
     assert all(s["status"] == "ok" for s in summary["stages"]), [(s["name"], s["status"]) for s in summary["stages"]]
     for name in EXPECTED_STAGES:
         assert f"| {name}" in smoke["stdout"], f"stage {name} missing from the printed table"
+    assert (summary["platform"], summary["hardware_profile"], summary["scale"]) == ("cpu", "cpu", "smoke")
+    assert summary["device"] == summary["platform"]  # the old field keeps its meaning
+    assert summary["sft_seconds_per_step"] > 0 and summary["rl_seconds_per_step"] > 0
+    assert re.search(r"\[smoke\]   sft: step \d+/96, [0-9.]+ s/step, ETA ", smoke["stdout"]), "no progress line"
     print(f"\n[smoke --fast] wall {smoke['wall']:.0f} s")
 
 
@@ -93,4 +98,6 @@ def test_artifacts(smoke: dict) -> None:
     assert (out / "sft" / "hf_merged" / "config.json").is_file()
     for log in ("sft.log", "merge.log", "rl.log", "eval.log", "plots.log"):
         assert (out / "logs" / log).is_file()
+    for log in ("sft.log", "rl.log"):  # the trainers ran the cpu profile at the smoke scale, explicitly
+        assert "--hw cpu --scale smoke" in (out / "logs" / log).read_text().splitlines()[0]
     assert os.path.getsize(out / "logs" / "rl.log") > 0

@@ -1,0 +1,84 @@
+"""retool-doctor: check a machine before a ReTool run, and say how to fix what is wrong.
+
+Why: on Ascend the expensive failures are silent or far from their cause (a CANN env not sourced before
+``ray start`` makes Ray count 10 of 16 A3 dies; ``VLLM_ASCEND_ENABLE_NZ`` garbles rollouts after weight sync; a
+vllm-ascend that no longer reads a variable ignores it; collectives bound to the wrong NIC hang a multi-node run).
+Each check turns one of them into a line with a fix, before a day of NPU time is spent.
+
+Design:
+
+* Every machine read goes through :class:`~npu_kernels.doctor.probes.Probes` (environment, /dev root, CANN root,
+  npu-smi binary, Ray resources, the Python path used for package metadata, ``ip addr`` and the route), so tests can
+  stand up a whole fake A3 node and plant one fault at a time.
+* No torch / torch_npu / vLLM / Ray import at module level, and versions come from package metadata, not imports:
+  the doctor must run where those are broken (only the platform check imports torch, guarded, to ask
+  torch.distributed for the platform's backend). The platform, profiles, stacks and env rules come from
+  :mod:`npu_kernels.platform` and versions from :mod:`npu_kernels.pins`; nothing here keeps a second copy or
+  branches on a platform's name.
+* Exit status 0 unless a check FAILs (WARN does not fail), 2 for usage errors.
+
+Layout:
+
+* :mod:`~npu_kernels.doctor.probes`: the types (Probes, Options, Context, Result, Report, ok/warn/fail helpers);
+* :mod:`~npu_kernels.doctor.host`: platform (and its distributed backend), CANN, npu-smi;
+* :mod:`~npu_kernels.doctor.network`: the interface that carries this node's address vs the socket-ifname variables;
+* :mod:`~npu_kernels.doctor.stack`: versions against pins.env, verl's patch series;
+* :mod:`~npu_kernels.doctor.run`: Ray's device count, env, sandbox, paths, disk;
+* :mod:`~npu_kernels.doctor.cli`: the registry of check groups (name -> check, profiles it applies to), the table,
+  ``main``.
+
+CLI (``retool-doctor`` or ``python -m npu_kernels.doctor``)::
+
+    retool-doctor [--phase sft|rl] [--profile|--hw PROFILE] [--json] [--only GROUP,...] [--verbose]
+                  [--sandbox-url URL (default $RETOOL_SANDBOX_URL)] [--model DIR] [--data FILE ...]
+                  [--ckpt-dir DIR] [--min-free-gb N] [--node-ip ADDR]
+                  [--dev-root DIR] [--cann-root DIR] [--npu-smi PATH] [--patches-dir DIR]
+                  [--ray-resources-json FILE] [--ray-address ADDR] [--ip-addr-file FILE]
+"""
+
+from npu_kernels.doctor.cli import CHECKS, GROUPS, REGISTRY, Group, build_parser, main, render_table, run_checks
+from npu_kernels.doctor.probes import (
+    FAIL,
+    INFO,
+    OK,
+    SKIP,
+    STATUSES,
+    WARN,
+    Context,
+    Options,
+    Probes,
+    Report,
+    Result,
+    fail,
+    info,
+    ok,
+    skip,
+    warn,
+)
+
+__all__ = [
+    "CHECKS",
+    "FAIL",
+    "GROUPS",
+    "INFO",
+    "OK",
+    "REGISTRY",
+    "SKIP",
+    "STATUSES",
+    "WARN",
+    "Context",
+    "Group",
+    "Options",
+    "Probes",
+    "Report",
+    "Result",
+    "build_parser",
+    "fail",
+    "info",
+    "main",
+    "ok",
+    "render_table",
+    "run_checks",
+    "skip",
+    "warn",
+]

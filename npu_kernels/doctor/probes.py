@@ -1,0 +1,237 @@
+"""The doctor's types: where it looks (:class:`Probes`), what was asked (:class:`Options`), what every check sees
+(:class:`Context`), one report line (:class:`Result`) and the whole report (:class:`Report`).
+
+Why probes: every machine read goes through :class:`Probes` (environment, /dev root, CANN root, npu-smi binary, Ray
+resources, the Python path used for package metadata, the network), so tests can stand up a whole fake A3 node and
+plant one fault at a time. Installed packages are read from their metadata and located without importing them:
+the doctor must run where torch, vLLM or verl are broken, and importing verl or vllm_ascend has side effects.
+"""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.metadata
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from npu_kernels import pins
+from npu_kernels import platform as device
+from npu_kernels.platform import HardwareProfile, Platform
+
+KIT_ROOT = Path(__file__).resolve().parents[2]
+
+OK, WARN, FAIL, SKIP, INFO = "OK", "WARN", "FAIL", "SKIP", "INFO"
+STATUSES = (OK, WARN, FAIL, SKIP, INFO)
+
+
+@dataclass
+class Result:
+    """One line of the report. ``check`` is a stable id (group.item) that tests and scripts can match on."""
+
+    check: str
+    status: str
+    summary: str
+    fix: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}")
+        if self.status in (WARN, FAIL) and not self.fix:
+            raise ValueError(f"{self.check}: a {self.status} must say how to fix it")
+
+
+def ok(check: str, summary: str, **details: Any) -> Result:
+    return Result(check, OK, summary, details=details)
+
+
+def info(check: str, summary: str, **details: Any) -> Result:
+    return Result(check, INFO, summary, details=details)
+
+
+def skip(check: str, summary: str) -> Result:
+    return Result(check, SKIP, summary)
+
+
+def warn(check: str, summary: str, fix: str, **details: Any) -> Result:
+    return Result(check, WARN, summary, fix, details)
+
+
+def fail(check: str, summary: str, fix: str, **details: Any) -> Result:
+    return Result(check, FAIL, summary, fix, details)
+
+
+def _default_env() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def run_ip_addr() -> str | None:
+    """``ip -o -4 addr show``: every IPv4 address with its interface, one line each; None without iproute2."""
+    try:
+        proc = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def route_source(peer: str) -> str | None:
+    """The local address the kernel would use to reach ``peer``: what the other nodes see as this node's address.
+
+    Ray's own choice of the node IP (``node_ip_address_from_perspective`` in ray/_private/services.py): connect a
+    UDP socket, which sends nothing and only picks the route, and read its local end.
+    """
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((peer, 53))
+            return str(sock.getsockname()[0])
+    except OSError:  # no route (an offline node without default route), or a host name that does not resolve
+        return None
+
+
+@dataclass
+class Probes:
+    """Where the doctor looks. Defaults read the real machine; tests replace any of them."""
+
+    env: Mapping[str, str] = field(default_factory=_default_env)
+    dev_root: Path = Path("/dev")
+    cann_root: Path = Path("/usr/local/Ascend")
+    #: npu-smi binary; None = search the PATH of ``env``.
+    npu_smi: str | None = None
+    patches_dir: Path = field(default_factory=lambda: Path(os.environ.get("KIT_PATCH_DIR", KIT_ROOT / "patches")))
+    #: A JSON file with Ray's resources of this node ({"NPU": 16, ...}) instead of asking a running cluster.
+    ray_resources_json: Path | None = None
+    #: Ray address to query; None = RAY_ADDRESS from ``env``, else "auto" when ``ray_state_file`` exists.
+    ray_address: str | None = None
+    ray_state_file: Path = Path("/tmp/ray/ray_current_cluster")
+    #: Directories searched for package metadata and package sources; None = sys.path of this interpreter.
+    search_path: list[str] | None = None
+    detect_platform: Callable[[], Platform] = device.detect
+    #: The text of ``ip -o -4 addr show`` (None: not available here).
+    ip_addr_text: Callable[[], str | None] = run_ip_addr
+    #: The local address used to reach a peer (None: no route).
+    local_address: Callable[[str], str | None] = route_source
+    command_timeout_s: float = 30.0
+
+
+@dataclass
+class Options:
+    """What the user asked about (as opposed to where to look, which is :class:`Probes`)."""
+
+    phase: str = "rl"
+    #: Hardware profile name; None = :func:`npu_kernels.platform.default_hardware`.
+    profile: str | None = None
+    only: frozenset[str] | None = None
+    #: Sandbox to ping; None = RETOOL_SANDBOX_URL of the probed environment, as the recipes read it.
+    sandbox_url: str | None = None
+    model: Path | None = None
+    data: list[Path] = field(default_factory=list)
+    ckpt_dir: Path | None = None
+    min_free_gb: float = 100.0
+    #: This node's address as the other nodes reach it; None = the source address of the route to MASTER_ADDR.
+    node_ip: str | None = None
+
+
+@dataclass
+class Context:
+    """What every check sees. ``platform`` is the profile's platform: the stack is checked for what the run targets,
+    not for what happens to be detected (``detected``)."""
+
+    probes: Probes
+    opts: Options
+    detected: Platform
+    detected_note: str
+    profile: HardwareProfile
+    #: /dev/davinciN nodes (0 where there are none); meaningful where the platform has a host stack.
+    davinci: int
+    #: Devices the detected platform's torch module reports (None on a platform without devices to mask).
+    torch_devices: int | None
+
+    @property
+    def platform(self) -> Platform:
+        return self.profile.platform
+
+
+@dataclass
+class Report:
+    """The run: the detected platform, the profile checked for and its platform, the phase, the lines."""
+
+    detected: str
+    profile: str
+    platform: str
+    phase: str
+    results: list[Result]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(r.status == FAIL for r in self.results) else 0
+
+    def counts(self) -> dict[str, int]:
+        return {status: sum(r.status == status for r in self.results) for status in STATUSES}
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON report. Its keys are what scripts already read: ``platform`` is the detected platform,
+        ``hardware`` the profile and ``target`` the profile's platform."""
+        return {
+            "platform": self.detected,
+            "hardware": self.profile,
+            "target": self.platform,
+            "phase": self.phase,
+            "ok": self.exit_code == 0,
+            "exit_code": self.exit_code,
+            "counts": self.counts(),
+            "pins_file": str(pins.PINS_FILE),
+            "checks": [asdict(r) for r in self.results],
+        }
+
+
+# -- facts the checks share, asked of the platform API instead of kept here
+
+
+def has_host_stack(platform: Platform) -> bool:
+    """Whether the platform's device stack lives on the host outside Python: setup scripts to source (CANN, ATB),
+    device nodes under /dev and a host tool (npu-smi). The checks of those belong to such platforms only."""
+    return bool(platform.setup_scripts)
+
+
+def run_script(platform: Platform) -> str:
+    """The kit's ``docker run`` wrapper for a platform's image (docker/run_<platform>.sh)."""
+    return f"docker/run_{platform.name}.sh"
+
+
+def image_phrase(profile: HardwareProfile) -> str:
+    """The kit image that carries the pinned base stack for ``profile``, as a noun phrase for fix lines."""
+    if profile.image is None:
+        return ".venv/ from bash scripts/test.sh (the pinned CPU stack)"
+    return f"the kit image (docker/build.sh --hw {profile.name}, based on {profile.image.base})"
+
+
+def env_fix_line(profile: HardwareProfile, phase: str) -> str:
+    return f"source <({profile.env_command(phase)})"
+
+
+def dist_version(name: str, search_path: list[str] | None) -> str | None:
+    """Version of the first installed distribution called ``name`` on the search path (like ``pip show``)."""
+    for dist in importlib.metadata.distributions(name=name, path=search_path if search_path is not None else sys.path):
+        return dist.version
+    return None
+
+
+def find_package_dir(name: str, search_path: list[str] | None) -> Path | None:
+    """Where a top-level package lives, without importing it (importing verl or vllm_ascend has side effects)."""
+    if search_path is not None:
+        spec = importlib.machinery.PathFinder.find_spec(name, search_path)
+    else:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))

@@ -1,0 +1,393 @@
+"""The kit's images as commands: ``docker build`` for a hardware profile, and how a ``docker run`` of one reaches the
+platform's devices.
+
+docker/build.sh and docker/run_*.sh exec this module (``run`` through :mod:`recipes.launch.containers`, which adds
+the recipes' data roots), so the shells hold no hardware table: the Dockerfile, base image, build args and tag are
+the profile's :class:`~npu_kernels.platform.profiles.Image`, the devices per node are the profile's, and what a
+container needs to see a platform's devices is :data:`ACCESS`. It runs on the host, where only a system python3 is
+guaranteed: stdlib only.
+
+    python -m npu_kernels.platform.images build --hw a2|a3|cuda|... [--tag T] [--dry-run] [-- DOCKER_BUILD_ARGS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import sys
+import textwrap
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from npu_kernels.platform.base import Platform
+from npu_kernels.platform.profiles import (
+    CUDA,
+    NPU,
+    PROFILE_ENV,
+    PROFILES,
+    REFERENCE_PROFILE,
+    HardwareProfile,
+    get_profile,
+    profile_of,
+)
+
+#: The repository root: the build context, and where the Dockerfiles are.
+KIT_ROOT = Path(__file__).resolve().parents[2]
+EXIT_USAGE = 2
+VERL_SOURCES = ("sdist", "git")
+
+
+class ScriptError(Exception):
+    """A problem the user must fix: printed as ``<script>: ERROR: <message>``, exit 2 (what the shells did)."""
+
+
+class ScriptParser(argparse.ArgumentParser):
+    """argparse with the shells' conventions: ``Usage:`` and ``<script>: ERROR: ...`` (exit 2)."""
+
+    def format_usage(self) -> str:
+        return super().format_usage().replace("usage:", "Usage:", 1)
+
+    def format_help(self) -> str:
+        return super().format_help().replace("usage:", "Usage:", 1)
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{short_name(self.prog)}: ERROR: {message}\n")
+
+
+def short_name(prog: str) -> str:
+    """``docker/build.sh`` -> ``build.sh`` (the prefix of the shells' messages); a ``python -m`` line stays whole."""
+    return prog if " " in prog else Path(prog).name
+
+
+def script_parser(prog: str, description: str, *epilog: str) -> ScriptParser:
+    """A :class:`ScriptParser`; each text paragraph is wrapped, a paragraph with line breaks (a table) kept as is."""
+    return ScriptParser(
+        prog=prog,
+        description=_paragraphs(description),
+        epilog=_paragraphs(*epilog),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def _paragraphs(*parts: str) -> str:
+    return "\n\n".join(part if "\n" in part else textwrap.fill(part, width=100) for part in parts)
+
+
+def image_profiles(platform: Platform | None = None) -> list[HardwareProfile]:
+    """The profiles that have an image (optionally: of one platform), in registry order."""
+    return [p for p in PROFILES.values() if p.image is not None and (platform is None or p.platform is platform)]
+
+
+# ---------------------------------------------------------------------------------------------------------- build
+def build_args(profile: HardwareProfile, verl_source: str, pip_index_url: str, verify: bool) -> dict[str, str]:
+    """Every ``--build-arg`` of the profile's image: the base image, the build options, then the pinned versions."""
+    assert profile.image is not None
+    pinned = list(profile.image.pinned_build_args().items())
+    options = {
+        "KIT_HW": profile.name,
+        "VERL_SOURCE": verl_source,
+        "PIP_INDEX_URL": pip_index_url,
+        "KIT_VERIFY": "1" if verify else "0",
+    }
+    return dict(pinned[:2]) | options | dict(pinned[2:])
+
+
+def build_command(
+    profile: HardwareProfile,
+    *,
+    tag: str | None = None,
+    verl_source: str = "sdist",
+    pip_index_url: str = "",
+    verify: bool = True,
+    docker_platform: str | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The ``docker build`` command line of the profile's image (the context is the repository root)."""
+    assert profile.image is not None
+    cmd = ["docker", "build", "-f", str(KIT_ROOT / profile.image.dockerfile), "-t", tag or profile.image.kit_tag]
+    if docker_platform:
+        cmd += ["--platform", docker_platform]
+    for key, value in build_args(profile, verl_source, pip_index_url, verify).items():
+        cmd += ["--build-arg", f"{key}={value}"]
+    return [*cmd, *extra, str(KIT_ROOT)]
+
+
+def _images_table() -> str:
+    rows = [(p.name, p.image.dockerfile, f"FROM {p.image.base}", p.image.kit_tag) for p in image_profiles() if p.image]
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return "\n".join("  " + "  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows)
+
+
+def build_parser(prog: str) -> ScriptParser:
+    parser = script_parser(
+        prog,
+        "Builds the retool-npu-kit image of one hardware profile from the repository root. Every version and the base "
+        "image come from pins.env as build args (the Dockerfiles hold none), so an image is always the pinned stack.",
+        "Images (profile, Dockerfile, base image, default tag):\n" + _images_table(),
+        "Everything after -- goes to docker build unchanged.",
+    )
+    parser.add_argument("--hw", "--profile", dest="hw", required=True, choices=[p.name for p in image_profiles()])
+    parser.add_argument(
+        "--tag",
+        metavar="NAME",
+        help="image name (default: the profile's tag above, which docker/run_*.sh use by default)",
+    )
+    parser.add_argument(
+        "--verl-source",
+        default="sdist",
+        choices=VERL_SOURCES,
+        help="how scripts/setup_verl.sh gets verl: the PyPI sdist (sha256 checked against pins.env; default) or the "
+        "git tag",
+    )
+    parser.add_argument(
+        "--pip-index-url",
+        default="",
+        metavar="URL",
+        help="package index for the build (default: whatever the base image is configured with)",
+    )
+    parser.add_argument(
+        "--platform",
+        dest="docker_platform",
+        metavar="PLATFORM",
+        help="docker build --platform, e.g. linux/arm64 for Kunpeng hosts (default: the builder's)",
+    )
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip the build-time retool-doctor check of versions and patches against pins.env",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="print the docker build command instead of running it")
+    return parser
+
+
+def split_at_double_dash(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1 :]
+
+
+def main_build(argv: Sequence[str], prog: str = "python -m npu_kernels.platform.images build") -> int:
+    own, extra = split_at_double_dash(argv)
+    args = build_parser(prog).parse_args(own)
+    cmd = build_command(
+        PROFILES[args.hw],
+        tag=args.tag,
+        verl_source=args.verl_source,
+        pip_index_url=args.pip_index_url,
+        verify=not args.no_verify,
+        docker_platform=args.docker_platform,
+        extra=extra,
+    )
+    if args.dry_run:
+        # One line, shell-quoted: it can be pasted, and tests parse it with shlex.
+        print("DOCKER_BUILDKIT=1 " + shlex.join(cmd))
+        return 0
+    docker = require_docker()
+    # BuildKit reads docker/<Dockerfile>.dockerignore, which keeps .venv/, build/ and .git out of the context.
+    os.execvpe(docker, cmd, {**os.environ, "DOCKER_BUILDKIT": "1"})
+    return 0  # not reached
+
+
+def require_docker() -> str:
+    found = shutil.which("docker")
+    if not found:
+        raise ScriptError("docker not found (install it, or add --dry-run to print the command)")
+    return found
+
+
+# ---------------------------------------------------------------------------------------------- devices in a run
+@dataclass(frozen=True)
+class HostMount:
+    """A host path the container needs at the same place (read-only unless ``mode`` says otherwise)."""
+
+    source: str
+    target: str
+    mode: str = "ro"
+
+    def volume(self) -> str:
+        return f"{self.source}:{self.target}" + (f":{self.mode}" if self.mode else "")
+
+
+@dataclass(frozen=True)
+class DeviceAccess:
+    """What ``docker run`` needs for a container to use a platform's devices; data, so no script branches on it."""
+
+    #: Device nodes passed one by one, ``<prefix>N`` under the dev root, counted (None: the runtime passes them).
+    node_prefix: str | None = None
+    #: Why there may be none: the hint of the error on a host without them.
+    no_nodes_hint: str = ""
+    #: Control nodes every container of the platform needs besides the device nodes.
+    control_nodes: tuple[str, ...] = ()
+    #: Host paths that must exist (the driver lives on the host, never in the image).
+    host_mounts: tuple[HostMount, ...] = ()
+    #: Host paths mounted when present.
+    optional_mounts: tuple[HostMount, ...] = ()
+    #: ``docker run --gpus`` default (the NVIDIA runtime passes the devices); None: no --gpus option.
+    gpus: str | None = None
+    #: Fixed ``docker run`` arguments.
+    run_args: tuple[str, ...] = ()
+    #: ``--shm-size`` default (None: none, e.g. with --ipc=host the host's /dev/shm is used).
+    shm_size: str | None = None
+
+    def node_pattern(self) -> re.Pattern[str] | None:
+        return re.compile(rf"^{re.escape(self.node_prefix)}(\d+)$") if self.node_prefix else None
+
+
+#: Per platform. NPU: every /dev/davinciN (counted, not assumed: A2 has 8, A3 16), the davinci_manager / devmm_svm /
+#: hisi_hdc control devices and the host's driver, firmware, DCMI, npu-smi and ascend_install.info; host networking
+#: (HCCL, Ray, the sandbox) and a large /dev/shm (Ray and DataLoader workers; 100g as before in docker/run_npu.sh).
+#: CUDA: the NVIDIA runtime's --gpus, host networking and host IPC (vLLM and NCCL share memory across processes).
+ACCESS: dict[str, DeviceAccess] = {
+    NPU.name: DeviceAccess(
+        node_prefix="davinci",
+        no_nodes_hint="not an Ascend host, or the NPU driver is not loaded",
+        control_nodes=("davinci_manager", "devmm_svm", "hisi_hdc"),
+        host_mounts=(
+            HostMount("/usr/local/Ascend/driver", "/usr/local/Ascend/driver"),
+            HostMount("/usr/local/dcmi", "/usr/local/dcmi"),
+            HostMount("/usr/local/bin/npu-smi", "/usr/local/bin/npu-smi"),
+            HostMount("/etc/ascend_install.info", "/etc/ascend_install.info"),
+        ),
+        optional_mounts=(
+            HostMount("/usr/local/Ascend/firmware", "/usr/local/Ascend/firmware"),
+            HostMount("/var/log/npu", "/usr/slog", mode=""),
+        ),
+        run_args=("--network=host",),
+        shm_size="100g",
+    ),
+    CUDA.name: DeviceAccess(gpus="all", run_args=("--network=host", "--ipc=host")),
+}
+
+
+def device_nodes(access: DeviceAccess, dev_root: str | os.PathLike[str]) -> list[str]:
+    """The platform's device nodes under ``dev_root``, in numeric order (davinci10 after davinci9; a glob like
+    ``davinci?`` would stop at davinci9, Ray's old A3 undercount)."""
+    pattern = access.node_pattern()
+    if pattern is None:
+        return []
+    try:
+        names = os.listdir(dev_root)
+    except OSError:
+        return []
+    found = [(int(m.group(1)), name) for name in names if (m := pattern.match(name))]
+    return [name for _, name in sorted(found)]
+
+
+def choose_profile(
+    platform: Platform,
+    hw: str | None,
+    environ: Mapping[str, str],
+    dev_root: str | os.PathLike[str],
+    nodes_present: bool,
+) -> HardwareProfile:
+    """``--hw``, else ``KIT_HW`` (it must name a profile of this platform), else this host's profile
+    (:func:`~npu_kernels.platform.profiles.profile_of`), else, with no device nodes to go by (a login node planning
+    a run), the reference profile when it is of this platform."""
+    candidates = image_profiles(platform)
+    names = ", ".join(p.name for p in candidates)
+    if hw:
+        return get_profile(hw)
+    chosen = environ.get(PROFILE_ENV, "").strip()
+    if chosen:
+        profile = get_profile(chosen)
+        if profile not in candidates:
+            raise ScriptError(
+                f"{PROFILE_ENV}={chosen} is a {profile.platform.name} profile; this script runs {platform.name} "
+                f"images ({names}): pass --hw or unset {PROFILE_ENV}"
+            )
+        return profile
+    if ACCESS[platform.name].node_prefix and not nodes_present:
+        reference = PROFILES[REFERENCE_PROFILE]
+        return reference if reference in candidates else candidates[0]
+    name = profile_of(platform, dev_root)
+    return PROFILES[name] if PROFILES[name] in candidates else candidates[0]
+
+
+def _device_arg(name: str, dev_root: str) -> str:
+    """The container always sees the node as /dev/<name>; a dev root other than /dev (tests' fake trees) is mapped."""
+    return f"--device=/dev/{name}" if dev_root == "/dev" else f"--device={dev_root}/{name}:/dev/{name}"
+
+
+def device_run_args(
+    access: DeviceAccess,
+    profile: HardwareProfile,
+    dev_root: str,
+    *,
+    dry_run: bool,
+    gpus: str | None,
+    say: Callable[[str, str], None],
+) -> list[str]:
+    """``docker run`` arguments that give the container the platform's devices and driver.
+
+    ``say(kind, message)`` reports WARNING/NOTE lines. Raises :class:`ScriptError` where the shell used to die.
+    A dry run on a host without device nodes (a login node) prints the command for the profile's node shape.
+    """
+    out: list[str] = []
+    if access.gpus is not None:
+        out += ["--gpus", gpus or access.gpus]
+    if access.node_prefix:
+        nodes = device_nodes(access, dev_root)
+        label = f"{dev_root}/{access.node_prefix}N"
+        expected = profile.devices_per_node or 0
+        if not nodes:
+            if not dry_run:
+                raise ScriptError(
+                    f"no {label} device nodes: {access.no_nodes_hint} (add --dry-run to print the command anyway)"
+                )
+            nodes = [f"{access.node_prefix}{i}" for i in range(expected)]
+            say(
+                "NOTE",
+                f"no {label} device nodes here (a login node?): the command below assumes the {profile.name} "
+                f"profile's node, {expected} devices {access.node_prefix}0..{access.node_prefix}{expected - 1} and "
+                "the control devices; run it on such a node",
+            )
+        else:
+            if len(nodes) != expected:
+                say(
+                    "WARNING",
+                    f"{len(nodes)} {access.node_prefix} devices, an {profile.name.upper()} node has {expected}; "
+                    f"passing the {len(nodes)} present",
+                )
+            for control in access.control_nodes:
+                if not Path(dev_root, control).exists():
+                    raise ScriptError(f"{dev_root}/{control} is missing: the NPU driver is not installed or not loaded")
+        out += [_device_arg(name, dev_root) for name in [*nodes, *access.control_nodes]]
+    for mount in access.host_mounts:
+        if not Path(mount.source).exists():
+            if not dry_run:
+                raise ScriptError(f"{mount.source} is missing on this host (docker would mount an empty directory)")
+            say("WARNING", f"{mount.source} is missing on this host")
+        out += ["-v", mount.volume()]
+    for mount in access.optional_mounts:
+        if Path(mount.source).exists():
+            out += ["-v", mount.volume()]
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``[--prog NAME] build [options]``: ``--prog`` is the script that execs this (docker/build.sh), for messages."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = "python -m npu_kernels.platform.images"
+    if argv[:1] == ["--prog"] and len(argv) > 1:
+        prog, argv = argv[1], argv[2:]
+    else:
+        if argv[:1] != ["build"]:
+            print(f"Usage: {prog} build [options]   (build --help for the options)")
+            return 0 if argv[:1] in (["-h"], ["--help"]) else EXIT_USAGE
+        prog, argv = f"{prog} build", argv[1:]
+    try:
+        return main_build(argv, prog)
+    except (ScriptError, ValueError) as exc:  # ValueError: a bad KIT_HW or pins.env, one clear line
+        print(f"{short_name(prog)}: ERROR: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""How many code-tool requests a recipe keeps in flight against one sandbox, and whether the sandbox takes them.
+
+Issue 14 item 2: the tool allows ``max_concurrency`` (64) requests per AgentLoopWorker and the recipes run
+``agent.num_workers`` (16) of them, so up to 1,024 requests arrive at once; a sandbox started as the README used to
+say (``--workers 8 --max-queue 256``) takes 264 and answers the rest 503, which the model reads as "sandbox
+unavailable". The arithmetic, with its sources:
+
+* per AgentLoopWorker: the kit's tool runs requests in a thread pool of ``max_concurrency`` threads
+  (``recipes/retool/tool.py`` L54, L63); verl's own SandboxFusionTool uses ``num_workers`` threads (default 10)
+  behind one cluster-wide rate limiter of ``rate_limit`` (default 10) (verl 0.6.1
+  ``verl/tools/sandbox_fusion_tools.py`` L65-71, L88-94, L134-142);
+* per node: verl 0.6.1 places AgentLoopWorker i on node ``i % nodes`` (``verl/experimental/agent_loop/
+  agent_loop.py`` L736-739), so with one sandbox per node (a loopback URL) the busiest node's sandbox serves
+  ceil(num_workers / nnodes) workers; a shared sandbox (a routable URL) serves all of them;
+* the sandbox takes ``workers + max_queue`` at once (its ``/health``: ``workers``, ``max_queue``, ``capacity``).
+
+The dry run warns with both numbers and the fix; it is an error when the sandbox answered and holds at most half of
+what the recipe sends (then most of a step's tool calls would be refused).
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from omegaconf import DictConfig, OmegaConf
+
+from recipes.launch.paths import Problem
+
+KIT_TOOL = "recipes.retool.tool.CodeInterpreterTool"
+VERL_SANDBOX_TOOL = "verl.tools.sandbox_fusion_tools.SandboxFusionTool"
+KIT_TOOL_DEFAULT_CONCURRENCY = 64  # recipes/retool/tool.py L54
+VERL_TOOL_DEFAULTS = {"num_workers": 10, "rate_limit": 10}  # verl/tools/sandbox_fusion_tools.py L134-135
+KIT_CLIENT_MARGIN_S = 10.0  # recipes/retool/sandbox_client.py L84: HTTP timeout = 2 x run timeout + 10 s
+#: Enough finished requests in /health for its mean run time to say something about draining a burst.
+MIN_SAMPLES_FOR_DRAIN = 20
+
+
+@dataclass(frozen=True)
+class ToolLimit:
+    """One sandbox-backed tool of a tool config: what a single AgentLoopWorker keeps in flight."""
+
+    class_name: str
+    per_worker: int
+    global_cap: int | None = None  # a cluster-wide limit on top (verl's SandboxFusionTool rate limiter)
+    http_timeout_s: float | None = None  # how long the client waits for one answer, when known
+
+
+def tool_limits(path: str | Path) -> list[ToolLimit]:
+    """The sandbox-backed tools of a verl tool config (entries with a ``sandbox_fusion_url``)."""
+    data = OmegaConf.to_container(OmegaConf.load(str(path)), resolve=True)
+    limits: list[ToolLimit] = []
+    for tool in (data or {}).get("tools") or []:  # type: ignore[union-attr]
+        config = tool.get("config") or {}
+        if not config.get("sandbox_fusion_url"):
+            continue
+        name = str(tool.get("class_name", ""))
+        if name == VERL_SANDBOX_TOOL:
+            per_worker = int(config.get("num_workers", VERL_TOOL_DEFAULTS["num_workers"]))
+            cap = int(config.get("rate_limit", VERL_TOOL_DEFAULTS["rate_limit"]))
+            limits.append(ToolLimit(name, per_worker, cap if config.get("enable_global_rate_limit", True) else None))
+            continue
+        per_worker = int(config.get("max_concurrency", config.get("num_workers", KIT_TOOL_DEFAULT_CONCURRENCY)))
+        timeout = 2 * float(config.get("default_timeout", 30)) + KIT_CLIENT_MARGIN_S if name == KIT_TOOL else None
+        limits.append(ToolLimit(name, per_worker, None, timeout))
+    return limits
+
+
+def is_loopback(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class Demand:
+    """Tool requests in flight against one sandbox at the peak of a rollout."""
+
+    tool_config: str
+    nnodes: int
+    agent_workers: int
+    per_worker: int
+    shared: bool  # one sandbox for the cluster (routable URL) rather than one per node (loopback URL)
+    global_cap: int | None = None
+    http_timeout_s: float | None = None
+
+    @property
+    def workers_served(self) -> int:
+        return self.agent_workers if self.shared else math.ceil(self.agent_workers / self.nnodes)
+
+    @property
+    def per_sandbox(self) -> int:
+        total = self.workers_served * self.per_worker
+        return min(total, self.global_cap) if self.global_cap else total
+
+    def explain(self) -> str:
+        where = (
+            "one sandbox for the cluster"
+            if self.shared or self.nnodes == 1
+            else f"one sandbox per node, {self.nnodes} nodes: the busiest serves {self.workers_served} workers"
+        )
+        text = f"{self.workers_served} agent-loop workers x max_concurrency {self.per_worker}"
+        if self.global_cap and self.global_cap < self.workers_served * self.per_worker:
+            text += f", capped by the tool's global rate_limit {self.global_cap}"
+        return f"{text} = {self.per_sandbox} tool calls in flight per sandbox ({where})"
+
+
+def demand(cfg: DictConfig, url: str) -> Demand | None:
+    """The recipe's peak in-flight tool calls per sandbox; None when the config runs no sandbox tool."""
+    rollout = cfg.actor_rollout_ref.rollout
+    path = OmegaConf.select(rollout, "multi_turn.tool_config_path")
+    if not OmegaConf.select(rollout, "multi_turn.enable") or not path:
+        return None
+    limits = tool_limits(str(path))
+    if not limits:
+        return None
+    caps = [t.global_cap for t in limits if t.global_cap]
+    timeouts = [t.http_timeout_s for t in limits if t.http_timeout_s]
+    return Demand(
+        tool_config=str(path),
+        nnodes=max(1, int(cfg.trainer.nnodes)),
+        agent_workers=int(OmegaConf.select(rollout, "agent.num_workers") or 1),
+        per_worker=sum(t.per_worker for t in limits),
+        shared=not is_loopback(url),
+        global_cap=sum(caps) if caps else None,
+        http_timeout_s=min(timeouts) if timeouts else None,
+    )
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the kit's sandbox reports in /health."""
+
+    workers: int
+    max_queue: int
+    answered: int = 0
+    mean_execution_s: float = 0.0
+
+    @property
+    def total(self) -> int:
+        return self.workers + self.max_queue
+
+
+def read_capacity(url: str, timeout_s: float = 5.0) -> Capacity | None:
+    """GET the sandbox's /health (no proxy: it is an internal service); None if unreachable or not the kit's."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = cls(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), timeout=timeout_s)
+    try:
+        conn.request("GET", "/health")
+        body = json.loads(conn.getresponse().read())
+        return Capacity(
+            int(body["workers"]),
+            int(body["max_queue"]),
+            int(body.get("answered", 0)),
+            float(body.get("mean_execution_s", 0.0)),
+        )
+    except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError):
+        return None
+    finally:
+        conn.close()
+
+
+def compare(need: Demand, have: Capacity | None, url: str) -> list[Problem]:
+    """The verdict for one sandbox: nothing, a warning, or an error (reachable and at most half of the need)."""
+    n = need.per_sandbox
+    if have is None:
+        return [
+            Problem(
+                f"sandbox {url}: capacity unknown (its /health reports no workers/max_queue); the recipe sends up to "
+                f"{n} at once: {need.explain()}\n  -> make sure it queues that many, e.g. the kit's sandbox: "
+                f"retool-sandbox serve --workers W --max-queue {n} (workers + max-queue >= {n})",
+                error=False,
+            )
+        ]
+    problems: list[Problem] = []
+    if have.total < n:
+        problems.append(
+            Problem(
+                f"sandbox {url} takes {have.total} requests at once ({have.workers} workers + max-queue "
+                f"{have.max_queue}) but the recipe sends up to {n}: {need.explain()}; the rest get 503 and the model "
+                f"reads 'sandbox unavailable'\n  -> restart it with --max-queue {n - have.workers} (or more "
+                f"--workers), or lower max_concurrency in {need.tool_config}",
+                error=2 * have.total <= n,
+            )
+        )
+    if need.http_timeout_s and have.answered >= MIN_SAMPLES_FOR_DRAIN and have.mean_execution_s > 0:
+        drain = math.ceil(n / have.workers) * have.mean_execution_s
+        if drain > need.http_timeout_s:
+            problems.append(
+                Problem(
+                    f"sandbox {url}: {n} calls at its mean run time of {have.mean_execution_s:.2f} s on "
+                    f"{have.workers} workers take ~{drain:.0f} s to drain, longer than the tool's "
+                    f"{need.http_timeout_s:.0f} s HTTP timeout: the last ones would read 'no answer'\n"
+                    f"  -> give it more --workers (about {math.ceil(n * have.mean_execution_s / need.http_timeout_s)})",
+                    error=False,
+                )
+            )
+    return problems
+
+
+def check(cfg: DictConfig, url: str) -> list[Problem]:
+    """The dry run's capacity check (``recipes.launch.plan._check_paths``, RL, after the sandbox answered)."""
+    try:
+        need = demand(cfg, url)
+    except Exception as exc:  # noqa: BLE001  (an unreadable tool config is reported, not a planner crash)
+        return [Problem(f"tool config: could not count the sandbox requests in flight: {exc}", error=False)]
+    if need is None:
+        return []
+    return compare(need, read_capacity(url), url)
+
+
+def recipe_demand(recipe: str, hw: str, *, shared: bool = False) -> Demand:
+    """A launch recipe's in-flight tool calls per sandbox, composed as the launcher composes it (for the bench)."""
+    from recipes.launch import catalog, compose
+    from recipes.retool import TOOL_CONFIG_PATH
+
+    overrides = [f"profile={hw}", f"actor_rollout_ref.rollout.multi_turn.tool_config_path={TOOL_CONFIG_PATH}"]
+    cfg = compose.compose(catalog.get(recipe), overrides)
+    url = "http://sandbox.example:8080/run_code" if shared else "http://127.0.0.1:8080/run_code"
+    found = demand(cfg, url)
+    if found is None:
+        raise ValueError(f"recipe {recipe} runs no sandbox tool")
+    return found

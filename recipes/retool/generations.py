@@ -1,0 +1,218 @@
+"""Read ReTool generations (verl validation dumps or any JSONL) into :class:`Sample` records for ``retool-eval``.
+
+Input records (one JSON object per line): verl's dump (``input``, ``output``, ``gts``, ``score``, ``step`` plus the
+reward's extra keys ``acc``, ``acc_strict``, ``pred``, ``tool_rounds``, ``num_turns`` …) or any file with the same
+meaning under common names (``prompt``/``question``, ``response``/``generation``, ``ground_truth``/``answer``,
+``data_source``). A record without ``acc`` is checked with the kit's verifier as the reward does; one without
+``acc_strict`` (dumps written before the reward reported it, or other tools' files) with verl's ``math_dapo`` strict
+rule (:mod:`recipes.retool.strict`), so older runs can be rescored the way the published numbers were.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recipes.retool.tool_output import outcome
+
+INPUT_KEYS = ("input", "prompt", "question", "problem")
+OUTPUT_KEYS = ("output", "response", "generation", "completion")
+TRUTH_KEYS = ("gts", "ground_truth", "answer", "gt")
+
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+_TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)(?:</tool_response>|$)", re.DOTALL)
+
+
+def parse_tool_calls(text: str, tool_name: str | None = None) -> tuple[int, int]:
+    """``(blocks, well_formed)``: ``<tool_call>…</tool_call>`` blocks in ``text``, and how many verl would run.
+
+    Well-formed as verl 0.6.1's ``HermesToolParser`` decides (JSON with ``name`` and ``arguments``), and, when
+    ``tool_name`` is given, naming that tool with a non-empty string ``code`` argument (what the kit's tool needs).
+    """
+    blocks = _TOOL_CALL.findall(text)
+    good = 0
+    for block in blocks:
+        try:
+            call = json.loads(block)
+            name, arguments = call["name"], call["arguments"]
+        except (ValueError, KeyError, TypeError):
+            continue
+        if tool_name is not None:
+            code = arguments.get("code") if isinstance(arguments, dict) else None
+            if name != tool_name or not isinstance(code, str) or not code.strip():
+                continue
+        good += 1
+    return len(blocks), good
+
+
+@dataclass
+class Sample:
+    """One generation with what the metrics need (``correct``: the kit's verifier; ``correct_strict``: verl's)."""
+
+    prompt: str
+    response: str
+    ground_truth: str
+    correct: bool
+    pred: str
+    correct_strict: bool
+    data_source: str = "all"
+    step: int | None = None
+    tool_calls: int = 0
+    tool_calls_ok: int = 0
+    tool_rounds: int = 0
+    code_errors: int = 0
+    timeouts: int = 0
+    sandbox_failures: int = 0
+    length_chars: int = 0
+    length_tokens: int | None = None
+
+
+def _first(record: dict[str, Any], keys: Sequence[str]) -> Any:
+    for key in keys:
+        if key in record and record[key] is not None:
+            return record[key]
+    return None
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes")
+    return bool(value)
+
+
+def _tool_stats(response: str) -> dict[str, int]:
+    outcomes = [outcome(text) for text in _TOOL_RESPONSE.findall(response)]
+    return {
+        "tool_responses": len(outcomes),
+        "code_errors": outcomes.count("code_error"),
+        "timeouts": outcomes.count("timeout"),
+        "sandbox_failures": outcomes.count("sandbox_failure"),
+    }
+
+
+def _check_answer(response: str, ground_truth: str) -> tuple[bool, str]:
+    """The kit's answer check (what the reward does), without math-verify's subprocess (timeout 0)."""
+    from recipes.retool.answer import canonical, extract_answer
+    from recipes.retool.verify import judge
+
+    answer = extract_answer(response)
+    return judge(answer, ground_truth, timeout_s=0).correct, canonical(answer) if answer is not None else ""
+
+
+def to_sample(record: dict[str, Any], tool_name: str | None = "code_interpreter") -> Sample:
+    """A :class:`Sample` from one record of a verl dump or a generic generations file."""
+    prompt = _first(record, INPUT_KEYS)
+    if isinstance(prompt, list):  # chat messages
+        prompt = "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
+    response = str(_first(record, OUTPUT_KEYS) or "")
+    truth = _first(record, TRUTH_KEYS)
+    if isinstance(truth, dict):  # reward_model column
+        truth = truth.get("ground_truth")
+    truth_text = "" if truth is None else str(truth)
+    if "acc" in record or "correct" in record:
+        correct = _as_bool(record.get("acc", record.get("correct")))
+        pred = str(record.get("pred") or "")
+        if not pred and "pred" not in record:
+            pred = _check_answer(response, truth_text)[1]
+    else:
+        correct, pred = _check_answer(response, truth_text)
+    if "acc_strict" in record:
+        correct_strict = _as_bool(record["acc_strict"])
+    else:
+        from recipes.retool.strict import strict_verdict
+
+        correct_strict = strict_verdict(response, truth_text).correct
+    calls, calls_ok = parse_tool_calls(response, tool_name)
+    stats = _tool_stats(response)
+    rounds = record.get("tool_rounds")
+    step = record.get("step")
+    return Sample(
+        prompt=str(prompt or ""),
+        response=response,
+        ground_truth=truth_text,
+        correct=correct,
+        pred=pred,
+        correct_strict=correct_strict,
+        data_source=str(record.get("data_source") or "all"),
+        step=int(step) if step is not None else None,
+        tool_calls=calls,
+        tool_calls_ok=calls_ok,
+        tool_rounds=int(rounds) if rounds is not None else stats["tool_responses"],
+        code_errors=stats["code_errors"],
+        timeouts=stats["timeouts"],
+        sandbox_failures=stats["sandbox_failures"],
+        length_chars=len(response),
+    )
+
+
+def dump_files(path: Path, step: int | None = None, all_steps: bool = False) -> list[Path]:
+    """The JSONL files to read: ``path`` itself, or in a dump folder the last step's ``<step>.jsonl`` (or all)."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: no such file or folder")
+    numbered = sorted((int(p.stem), p) for p in path.glob("*.jsonl") if p.stem.isdigit())
+    if not numbered:
+        files = sorted(path.glob("*.jsonl"))
+        if not files:
+            raise FileNotFoundError(f"{path}: no .jsonl files")
+        return files
+    if all_steps:
+        return [p for _, p in numbered]
+    if step is not None:
+        chosen = [p for s, p in numbered if s == step]
+        if not chosen:
+            raise FileNotFoundError(f"{path}: no dump of step {step} (have {', '.join(str(s) for s, _ in numbered)})")
+        return chosen
+    return [numbered[-1][1]]
+
+
+def read_records(files: Iterable[Path]) -> list[dict[str, Any]]:
+    """Every JSON object of the files; a bad line is named by file and line number (counted from 1, as editors do)."""
+    records = []
+    for file in files:
+        for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as exc:
+                raise ValueError(f"{file}: line {lineno}: not JSON: {exc}") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{file}: line {lineno}: expected a JSON object")
+            records.append(record)
+    return records
+
+
+def data_source_index(parquets: Sequence[Path]) -> list[tuple[str, str]]:
+    """``(user prompt text, data_source)`` of every row of the RL/val parquet files, longest prompt first."""
+    import pyarrow.parquet as pq
+
+    pairs = []
+    for file in parquets:
+        for row in pq.read_table(file, columns=["prompt", "data_source"]).to_pylist():
+            users = [m.get("content", "") for m in row["prompt"] or [] if m.get("role") == "user"]
+            if users and users[-1]:
+                pairs.append((users[-1].strip(), str(row["data_source"])))
+    return sorted(pairs, key=lambda p: -len(p[0]))
+
+
+def assign_data_sources(samples: list[Sample], index: list[tuple[str, str]]) -> int:
+    """Set ``data_source`` of samples whose prompt contains an indexed prompt; returns how many stayed unmatched."""
+    unmatched = 0
+    cache: dict[str, str | None] = {}
+    for sample in samples:
+        if sample.data_source != "all":
+            continue
+        if sample.prompt not in cache:
+            cache[sample.prompt] = next((ds for text, ds in index if text in sample.prompt), None)
+        found = cache[sample.prompt]
+        if found is None:
+            unmatched += 1
+        else:
+            sample.data_source = found
+    return unmatched

@@ -1,0 +1,292 @@
+"""``python -m recipes.smoke``: the command line of the smoke run (what ``bash scripts/smoke.sh`` runs).
+
+    python -m recipes.smoke check-args [--runner-fd N] [SMOKE OPTIONS]
+    python -m recipes.smoke run [--out DIR] [--fast] [--platform auto|cpu|cuda|npu] [--trace] [--force] [--dry-run]
+    python -m recipes.smoke tool-call-rate --model DIR --data FILE.parquet [--samples 4]
+
+``check-args`` is what ``scripts/smoke.sh`` asks first, with whatever python3 the machine has: it validates the
+options and answers ``--help`` before anything slow, and names the interpreter that must run the smoke: ``venv`` (the
+kit's CPU venv, which the script builds or updates first) for a platform whose stack the venv provides, else this
+interpreter (on an NPU or GPU host: the image's Python, KIT_PYTHON or the active one, which has torch_npu or CUDA
+torch and vLLM; no CPU venv is built there). That is why this module imports only the standard library at import
+time; the kit's platform model (also standard library) and the stages are imported when a command needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import shutil
+import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from npu_kernels.platform import HardwareProfile, Platform
+
+KIT_ROOT = Path(__file__).resolve().parents[2]
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+#: What ``check-args`` answers for a platform whose stack is the kit's venv (scripts/lib/venv.sh).
+VENV = "venv"
+#: Packages the smoke imports in the interpreter that runs it (the trainers and the launcher).
+RUNTIME_MODULES = ("torch", "verl", "hydra")
+
+EPILOG = """\
+Stages: model -> data -> SFT -> merge -> tool-call check -> sandbox -> RL -> eval -> plots, with the real trainers
+and a tiny random model (no downloads). Prints a final table (stage, ok/failed, seconds, key metric) and writes
+OUT/summary.json; exits non-zero naming the failed stage. The sandbox and every trainer are stopped at the end
+whatever happens, and die with the run even if it is killed.
+
+Platform: auto detects it (KIT_DEVICE forces one). On cpu the run uses the kit's .venv (built or updated first);
+on npu or cuda it uses this interpreter (the image's Python: KIT_PYTHON, else python3) with the platform's own
+hardware profile (KIT_HW, else this machine's), environment and one device, at the tiny "smoke" scale: a "does
+my stack work" check. --dry-run prints every command and its environment and starts nothing.
+
+Artifacts: OUT/logs/<stage>.log, OUT/data/*.parquet, OUT/sft/{ckpt,hf_merged,tensorboard},
+OUT/rl/{tensorboard,val_generations,rollouts}, OUT/eval/eval.{md,json}, OUT/plots/*.png, OUT/summary.json.
+Measured with --fast on 2 shared CPU cores (AVX2 only, other jobs running): 12 min, of which SFT 6.4 min
+(96 steps, 2.8 s/step) and RL 3.6 min (2 steps, 24 s/step).
+"""
+
+
+class UsageError(Exception):
+    """Bad options, or a platform this interpreter cannot serve: one line, exit status 2."""
+
+
+def default_out() -> Path:
+    return KIT_ROOT / "build" / "smoke" / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def _platform_names() -> list[str]:
+    from npu_kernels.platform import PLATFORMS
+
+    return list(PLATFORMS)
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="artifacts folder (default: build/smoke/<date>-<time> in the kit); must be empty unless --force",
+    )
+    parser.add_argument(
+        "--fast",
+        action="store_true",
+        help="CI size: 2 RL steps instead of 3 and one validation instead of two (same stages and checks; the SFT "
+        "stays at the ~100 steps the tiny model needs to learn the tool-call format)",
+    )
+    parser.add_argument(
+        "--platform",
+        "--device",
+        dest="platform",
+        choices=("auto", *_platform_names()),
+        default="auto",
+        metavar="P",
+        help=f"what to run on: auto (default: detected; KIT_DEVICE forces one), {', '.join(_platform_names())}. "
+        "--device is an alias",
+    )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="trace the RL rollouts to mlflow's file store in OUT/rl/ckpt/mlruns (verl's rollout_trace; the stage "
+        "fails if no trace with a tool call was written)",
+    )
+    parser.add_argument("--force", action="store_true", help="reuse a non-empty --out (its contents are replaced)")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print each stage's command and environment; start nothing"
+    )
+
+
+def build_run_parser(prog: str = "bash scripts/smoke.sh") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="End-to-end ReTool smoke run: the whole pipeline with the real trainers and a tiny random model.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_run_options(parser)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m recipes.smoke", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("check-args", help="validate smoke options, answer --help, say which interpreter runs the smoke")
+    sub.add_parser("run", help="the whole smoke run (what scripts/smoke.sh execs); run --help lists its options")
+    rate = sub.add_parser("tool-call-rate", help="sample a model on RL prompts and count well-formed tool calls")
+    rate.add_argument("--model", type=Path, required=True)
+    rate.add_argument("--data", type=Path, action="append", required=True, help="RL/val parquet (repeatable)")
+    rate.add_argument("--samples", type=int, default=4)
+    rate.add_argument("--temperature", type=float, default=1.0)
+    return parser
+
+
+# ------------------------------------------------------------------------------------------ platform, interpreter
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the smoke runs: the platform, its hardware profile, and whether the kit's venv is its stack."""
+
+    platform: Platform
+    profile: HardwareProfile
+
+    @property
+    def needs_venv(self) -> bool:
+        """The platform's pinned stack comes from the kit's venv (scripts/lib/venv.sh), not from an image."""
+        return any(package.source == VENV for package in self.platform.pinned_stack)
+
+
+def resolve_target(choice: str) -> Target:
+    """The platform (``auto``: detected in this interpreter) and its profile: KIT_HW when it is a profile of that
+    platform, else this machine's. An interpreter without torch is no accelerator interpreter: auto means cpu."""
+    from npu_kernels.platform import CPU, PLATFORMS, PROFILES, default_hardware, detect, profile_of
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a forced, unavailable platform: checked below
+            try:
+                platform = detect() if choice == "auto" else PLATFORMS[choice]
+            except ImportError:
+                platform = CPU
+            name = default_hardware(platform=platform)
+    except ValueError as exc:  # a bad KIT_DEVICE or KIT_HW
+        raise UsageError(str(exc)) from None
+    if PROFILES[name].platform is not platform:
+        name = profile_of(platform)
+    return Target(platform, PROFILES[name])
+
+
+def interpreter_problems(target: Target) -> list[str]:
+    """Why this interpreter cannot run the smoke on ``target``'s platform (empty: it can)."""
+    platform = target.platform
+    try:
+        available = platform.is_available()
+        note = platform.status_note()
+    except ImportError as exc:
+        available, note = False, f"{exc.name or exc} not importable"
+    problems = []
+    if not available:
+        problems.append(f"platform {platform.name} is not available to {sys.executable} ({note or 'not detected'})")
+    missing = [name for name in RUNTIME_MODULES if importlib.util.find_spec(name) is None]
+    if missing:
+        problems.append(f"{sys.executable} lacks {', '.join(missing)}")
+    return problems
+
+
+def runner(args: argparse.Namespace) -> str:
+    """``venv``, or this interpreter's path (after checking that it can run the smoke on the platform)."""
+    target = resolve_target(args.platform)
+    if target.needs_venv:
+        return VENV
+    problems = [] if args.dry_run else interpreter_problems(target)
+    if problems:
+        image = target.profile.image
+        where = f"the kit's image ({image.kit_tag}, {image.dockerfile})" if image else "the kit's image"
+        raise UsageError(
+            f"{'; '.join(problems)}. Run the smoke inside {where}, or set KIT_PYTHON to the interpreter that has "
+            f"the {target.platform.name} stack; --platform cpu runs it on the CPU in .venv"
+        )
+    return sys.executable
+
+
+def check_out(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise UsageError(f"{out} is not empty (use another --out, or --force to replace it)")
+
+
+def _check_args(words: list[str]) -> int:
+    fd = None
+    if words[:1] == ["--runner-fd"] and len(words) >= 2 and words[1].isdigit():
+        fd, words = int(words[1]), words[2:]
+    args = build_run_parser().parse_args(words)  # --help: printed, exit 0, nothing on fd
+    check_out((args.out or default_out()).resolve(), args.force)
+    answer = runner(args)
+    if fd is None:
+        print(answer)
+    else:
+        with os.fdopen(fd, "w") as channel:
+            channel.write(answer + "\n")
+    return EXIT_OK
+
+
+def prepare_out(out: Path, force: bool) -> Path:
+    check_out(out, force)
+    if out.is_dir():
+        for child in out.iterdir():
+            shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def describe(smoke: Any) -> str:
+    """The dry run: every command, with what its environment changes against this one."""
+    lines = [
+        f"[smoke] dry run: platform {smoke.profile.platform.name}, hardware profile {smoke.profile.name}, scale "
+        f"smoke, python {sys.executable}; out {smoke.out}; nothing is started",
+        "[smoke] in-process stages: model (tiny Qwen3 + Qwen tokenizer), tool-call check (sampling on CPU)",
+    ]
+    previous: dict[str, str] | None = None
+    for cmd in smoke.commands():
+        lines.append(f"== {cmd.stage}")
+        if cmd.env == previous:
+            lines.append("  (environment as above)")
+        else:
+            changed = {k: v for k, v in cmd.env.items() if os.environ.get(k) != v}
+            lines += [f"  env {k}={v}" for k, v in sorted(changed.items())]
+            lines += [f"  env -u {k}" for k in sorted(os.environ) if k not in cmd.env]
+        previous = cmd.env
+        lines.append("  $ " + " ".join(cmd.argv))
+    return "\n".join(lines)
+
+
+def _run(words: list[str]) -> int:
+    args = build_run_parser().parse_args(words)
+    target = resolve_target(args.platform)
+    out = (args.out or default_out()).resolve()
+    from recipes.smoke.pipeline import FAST, FULL, Smoke
+    from recipes.smoke.supervisor import exit_on_signals, say
+
+    sizes = FAST if args.fast else FULL
+    if args.dry_run:
+        print(describe(Smoke(out, sizes, target.profile, trace=args.trace)))
+        return EXIT_OK
+    exit_on_signals()
+    prepare_out(out, args.force)
+    # The pipeline's own torch (the tool-call check) runs on the CPU; trainers get their platform's setting.
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    say(
+        f"platform {target.platform.name} (hardware profile {target.profile.name}, scale smoke); "
+        f"{'fast' if args.fast else 'full'} run: SFT {sizes.sft_steps} steps, RL {sizes.rl_steps} steps; "
+        f"artifacts in {out}"
+    )
+    return Smoke(out, sizes, target.profile, trace=args.trace).run()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    command, rest = (words[0], words[1:]) if words else ("", [])
+    try:
+        if command == "check-args":
+            return _check_args(rest)
+        if command == "run":
+            return _run(rest)
+    except UsageError as exc:
+        print(f"smoke: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    args = build_parser().parse_args(words)
+    if args.command == "tool-call-rate":
+        from recipes.smoke.toolcheck import tool_call_rate
+
+        print(json.dumps(tool_call_rate(args.model, args.data, args.samples, args.temperature), indent=2))
+        return EXIT_OK
+    return EXIT_USAGE  # not reached: check-args and run are handled above

@@ -1,0 +1,214 @@
+"""What the smoke run starts: its sizes, the trainers' overrides, and every stage's command and environment.
+
+Why apart from the stages (:mod:`recipes.smoke.pipeline`): the commands are the part that differs per platform, and
+they can be composed, printed (``--dry-run``) and tested for an NPU or GPU host on a CPU, without running anything.
+The trainers go through the kit's launcher with the platform's own hardware profile at the ``smoke`` scale
+(``--hw <profile> --scale smoke``), in the platform's environment, on one device where the profile counts devices.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from npu_kernels.platform import HardwareProfile, applied
+from recipes.launch import catalog
+from recipes.launch.mounts import EPHEMERAL_CKPT_ENV
+from recipes.smoke.sandbox_service import sandbox_command
+from recipes.smoke.supervisor import KIT_ROOT, kit_env
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+#: The config group ``scale`` the trainers run at (recipes/config/sizes/<recipe>/smoke.yaml).
+SCALE = "smoke"
+SFT_RECIPE = catalog.get("qwen3_4b_sft")
+RL_RECIPE = catalog.get("qwen3_4b_dapo")
+#: Set for helper processes only (kit_env); a trainer's value comes from its platform's environment.
+HELPER_ONLY_ENV = ("TORCH_DEVICE_BACKEND_AUTOLOAD",)
+
+STAGES = ("model", "data", "sft", "merge", "tool-call check", "sandbox", "rl", "eval", "plots")
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each trainer runs; ``--fast`` is the CI size (fewer steps, same stages and checks)."""
+
+    sft_steps: int
+    sft_epochs: int  # steps / (rows / batch): verl's cosine schedule spans epochs x steps per epoch
+    rl_steps: int
+    rl_test_freq: int  # validation after step N (plus the one before training); -1: only before training
+    check_samples: int  # sampled completions per prompt for the tool-call rate
+
+
+# Measured on 2 cores: after 72 SFT steps the model still breaks the JSON of its calls (0/16 well-formed), after 96
+# steps 21/32 of its sampled answers are well-formed calls; --fast saves on RL (2 steps, one validation) instead.
+FULL = Sizes(sft_steps=96, sft_epochs=4, rl_steps=3, rl_test_freq=3, check_samples=4)
+FAST = Sizes(sft_steps=96, sft_epochs=4, rl_steps=2, rl_test_freq=-1, check_samples=2)
+
+#: --trace: verl's rollout tracing to mlflow, token ids decoded so a trace reads as text.
+TRACE_OVERRIDES = ("actor_rollout_ref.rollout.trace.backend=mlflow", "actor_rollout_ref.rollout.trace.token2text=True")
+
+SFT_ROWS, SFT_BATCH = 96, 4
+SFT_MAX_LENGTH = 336
+SFT_OVERRIDES = (
+    # A smoke trajectory is 319-323 Qwen tokens with the tool schema (tests/smoke/test_pipeline.py checks the bound);
+    # verl's SFT trainer pads every row to max_length and scores all positions against the 151,936-row vocabulary,
+    # so 336 instead of 384 is ~12% less work per step. Not truncated (left truncation to 128 tokens is 3x cheaper
+    # per step, but a model trained without the system prompt answers the full RL prompt with \\boxed{} instead of a
+    # tool call: measured 0/32 calls after 144 steps, against 21/32 after 96 full-length steps).
+    f"data.max_length={SFT_MAX_LENGTH}",
+    "data.truncation=error",
+    "data.train_max_samples=-1",
+    "data.val_max_samples=8",
+    f"data.train_batch_size={SFT_BATCH}",
+    "optim.lr=2e-2",  # a random 64-wide model: a high lr, or the format is not learned in a hundred steps
+    "optim.lr_warmup_steps_ratio=0.03",
+    "model.enable_gradient_checkpointing=false",  # nothing to save on a tiny model; recomputation costs time
+)
+RL_OVERRIDES = (
+    "data.train_max_samples=-1",
+    "data.val_max_samples=-1",
+    "data.max_response_length=96",  # tool call + tool response + boxed answer is ~50 tokens
+    "actor_rollout_ref.actor.optim.lr=1e-4",
+    "trainer.val_before_train=True",
+    "trainer.save_freq=-1",
+    "trainer.logger=['console','tensorboard']",
+)
+#: data stage: (retool-prepare command, shipped input, output parquet)
+DATA_JOBS = (
+    ("sft", "retool_sft.jsonl", "retool_sft.parquet"),
+    ("rl", "dapo_math.jsonl", "dapo_math.parquet"),
+    ("val", "smoke_val.jsonl", "smoke_val.parquet"),
+    ("val", "aime_2025.jsonl", "aime_2025.parquet"),
+)
+
+
+@dataclass(frozen=True)
+class Command:
+    """One process a stage starts: what ``--dry-run`` prints and what the stage runs."""
+
+    stage: str
+    argv: list[str]
+    env: dict[str, str]
+    recipe: str | None = None  # trainer stages: the launcher recipe the script runs
+
+
+def one_device_overrides(profile: HardwareProfile) -> list[str]:
+    """The node shape of a smoke on ``profile``: one device where the profile counts devices; on a profile whose
+    ranks are processes (no device count), the recipe's own worker count stays."""
+    return ["trainer.nnodes=1", "trainer.n_gpus_per_node=1"] if profile.devices_per_node else []
+
+
+class SmokeCommands:
+    """The paths of one smoke run and every command its stages start, with their environments."""
+
+    def __init__(self, out: Path, sizes: Sizes, profile: HardwareProfile, *, trace: bool = False) -> None:
+        self.out, self.sizes, self.profile = out, sizes, profile
+        self.trace = trace  # --trace: RL rollouts traced to mlflow's file store (recipes/launch/trace.py)
+        self.sandbox_url = ""  # set when the sandbox is up (its port is picked then)
+        self.logs = out / "logs"
+        self.model_dir = out / "model" / "tiny-qwen3"
+        self.data = out / "data"
+        self.sft_ckpt = out / "sft" / "ckpt"
+        self.merged = out / "sft" / "hf_merged"
+        self.rl_dir = out / "rl"
+        self.val_files = [self.data / "smoke_val.parquet", self.data / "aime_2025.parquet"]
+
+    # -- environments and commands
+
+    def helper_env(self, **extra: str) -> dict[str, str]:
+        """Data prep, merge, eval, plots, the sandbox: CPU work in this interpreter."""
+        return kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", KIT_PYTHON=sys.executable, **extra)
+
+    def trainer_env(self, phase: str, **extra: str) -> dict[str, str]:
+        """The helper environment without its helper-only settings, then the platform's environment for ``phase``
+        (what the launcher applies again, idempotently): on an NPU that leaves torch_npu's auto-load on, which
+        verl 0.6.1 needs to see ``torch.npu``."""
+        base = {k: v for k, v in self.helper_env(**extra).items() if k not in HELPER_ONLY_ENV}
+        # the smoke's checkpoints are throwaway: allowed on a container's own filesystem (recipes/launch/paths.py)
+        base[EPHEMERAL_CKPT_ENV] = "1"
+        return applied(self.profile.env(phase, base), base)
+
+    def trainer_argv(self, recipe: catalog.Recipe, overrides: list[str]) -> list[str]:
+        script = str(KIT_ROOT / recipe.script)
+        return ["bash", script, "--hw", self.profile.name, "--scale", SCALE, *overrides]
+
+    def data_commands(self) -> list[Command]:
+        commands = []
+        for command, src, dst in DATA_JOBS:
+            argv = [sys.executable, "-m", "recipes.retool.prepare", command, "--input", str(DATA_DIR / src)]
+            commands.append(Command("data", [*argv, "--output", str(self.data / dst)], self.helper_env()))
+        return commands
+
+    def sft_command(self) -> Command:
+        s = self.sizes
+        env = self.trainer_env(
+            SFT_RECIPE.phase,
+            MODEL_PATH=str(self.model_dir),
+            TRAIN_FILE=str(self.data / "retool_sft.parquet"),
+            VAL_FILE=str(self.data / "retool_sft.parquet"),
+            CKPT_DIR=str(self.sft_ckpt),
+            TENSORBOARD_DIR=str(self.out / "sft" / "tensorboard"),
+        )
+        overrides = [
+            *SFT_OVERRIDES,
+            f"trainer.total_training_steps={s.sft_steps}",
+            f"trainer.total_epochs={s.sft_epochs}",
+            f"trainer.save_freq={s.sft_steps}",
+            "trainer.test_freq=-1",
+            *one_device_overrides(self.profile),
+        ]
+        return Command("sft", self.trainer_argv(SFT_RECIPE, overrides), env, SFT_RECIPE.name)
+
+    def merge_command(self) -> Command:
+        argv = ["bash", str(KIT_ROOT / "scripts" / "sft_to_rl.sh"), "--recipe", SFT_RECIPE.name.removesuffix("_sft")]
+        argv += ["--hw", self.profile.name, "--ckpt-dir", str(self.sft_ckpt), "--target", str(self.merged)]
+        return Command("merge", argv, self.helper_env())
+
+    def rl_command(self, sandbox_url: str) -> Command:
+        s = self.sizes
+        env = self.trainer_env(
+            RL_RECIPE.phase,
+            MODEL_PATH=str(self.merged),
+            TRAIN_FILE=str(self.data / "dapo_math.parquet"),
+            VAL_FILE=str(self.val_files[0]),
+            CKPT_DIR=str(self.rl_dir / "ckpt"),
+            TENSORBOARD_DIR=str(self.rl_dir / "tensorboard"),
+            RETOOL_SANDBOX_URL=f"{sandbox_url}/run_code",
+        )
+        overrides = [
+            *RL_OVERRIDES,
+            f"data.val_files=[{','.join(str(p) for p in self.val_files)}]",
+            f"trainer.total_training_steps={s.rl_steps}",
+            f"trainer.test_freq={s.rl_test_freq}",
+            f"trainer.validation_data_dir={self.rl_dir / 'val_generations'}",
+            f"trainer.rollout_data_dir={self.rl_dir / 'rollouts'}",
+            *one_device_overrides(self.profile),
+            *(TRACE_OVERRIDES if self.trace else ()),
+        ]
+        return Command("rl", self.trainer_argv(RL_RECIPE, overrides), env, RL_RECIPE.name)
+
+    @property
+    def trace_store(self) -> Path:
+        """Where the launcher points mlflow for this run's RL stage: ``<CKPT_DIR>/mlruns``."""
+        return self.rl_dir / "ckpt" / "mlruns"
+
+    def eval_command(self) -> Command:
+        out = self.out / "eval"
+        # the last validation (after training; with --fast the one before it)
+        argv = [sys.executable, "-m", "recipes.retool.evaluate", str(self.rl_dir / "val_generations")]
+        argv += [f"--data={p}" for p in self.val_files]
+        argv += ["--tokenizer", str(self.merged), "--json", str(out / "eval.json"), "--markdown", str(out / "eval.md")]
+        return Command("eval", argv, self.helper_env())
+
+    def plots_command(self) -> Command:
+        logdirs = [str(self.out / "sft" / "tensorboard"), str(self.rl_dir / "tensorboard")]
+        argv = [sys.executable, "-m", "recipes.retool.plot", *logdirs, "--out", str(self.out / "plots")]
+        return Command("plots", argv, self.helper_env())
+
+    def commands(self) -> list[Command]:
+        """Every process the run starts, in order (the sandbox's port is picked when it starts)."""
+        sandbox = Command("sandbox", sandbox_command("<port>"), self.helper_env())
+        rl = self.rl_command(self.sandbox_url or "http://127.0.0.1:<port>")
+        tail = [self.eval_command(), self.plots_command()]
+        return [*self.data_commands(), self.sft_command(), self.merge_command(), sandbox, rl, *tail]

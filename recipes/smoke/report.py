@@ -1,0 +1,94 @@
+"""What the smoke run reports: one :class:`Stage` row per stage, ``summary.json`` and the final table.
+
+``summary.json`` is the contract with ``tests/smoke`` and CI (field names are kept stable): ``ok``,
+``failed_stage``, ``fast``, ``device`` (the platform), ``platform``, ``hardware_profile``, ``scale``, ``python``,
+``out``, ``seconds``, ``stages``, ``sft_losses``, ``sft_seconds_per_step``, ``rl_seconds_per_step``,
+``tool_call_rate``, ``rl_tool_calls``, ``rl_reward_mean``, ``sandbox``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Stage:
+    """One row of the final table."""
+
+    name: str
+    status: str = "skipped"  # ok | failed | skipped
+    seconds: float = 0.0
+    metric: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+    log: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the summary says about the run itself, besides its stages."""
+
+    fast: bool
+    platform: str
+    hardware_profile: str
+    scale: str
+    python: str
+    out: str
+
+
+def summary(
+    stages: dict[str, Stage], facts: RunFacts, total: float, failed: str | None, env: Stage | None = None
+) -> dict[str, Any]:
+    """``summary.json``; ``env`` is the row of the environment stage (timed by scripts/smoke.sh), when there was one."""
+    rows = [asdict(stage) for stage in stages.values()]
+    if env is not None:
+        rows.insert(0, asdict(env))
+    rl = stages["rl"].details if "rl" in stages else {}
+    sft = stages["sft"].details if "sft" in stages else {}
+    check = stages["tool-call check"].details if "tool-call check" in stages else {}
+    return {
+        "ok": failed is None,
+        "failed_stage": failed,
+        "fast": facts.fast,
+        "device": facts.platform,
+        "platform": facts.platform,
+        "hardware_profile": facts.hardware_profile,
+        "scale": facts.scale,
+        "python": facts.python,
+        "out": facts.out,
+        "seconds": total + (env.seconds if env else 0.0),
+        "stages": rows,
+        "sft_losses": sft.get("losses", []),
+        "sft_seconds_per_step": sft.get("seconds_per_step"),
+        "rl_seconds_per_step": rl.get("seconds_per_step"),
+        "tool_call_rate": check.get("rate"),
+        "rl_tool_calls": rl.get("tool_calls_executed", 0),
+        "rl_reward_mean": rl.get("reward_mean", []),
+        "rollout_traces": rl.get("rollout_traces"),
+        "sandbox": stages["sandbox"].details.get("counters") if "sandbox" in stages else None,
+    }
+
+
+def val_acc(val: dict[int, dict[str, float]]) -> str:
+    """``x@0 -> y@N``: per validation step, the mean over data sources of ``val-core/<source>/acc/mean@k``."""
+    parts = []
+    for step in sorted(val):
+        accs = [v for k, v in val[step].items() if "/acc/mean@" in k]
+        if accs:
+            parts.append(f"{sum(accs) / len(accs):.2f}@{step}")
+    return " -> ".join(parts) or "n/a"
+
+
+def render_table(summary: dict[str, Any]) -> str:
+    rows = [(s["name"], s["status"], f"{s['seconds']:.1f}", s["metric"]) for s in summary["stages"]]
+    rows.append(("total", "ok" if summary["ok"] else "FAILED", f"{summary['seconds']:.1f}", ""))
+    header = ("stage", "status", "seconds", "key metric")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    line = "+-" + "-+-".join("-" * w for w in widths) + "-+-" + "-" * 60
+    out = [line, "| " + " | ".join(h.ljust(w) for h, w in zip(header[:3], widths, strict=True)) + " | key metric"]
+    out.append(line)
+    for row in rows:
+        out.append("| " + " | ".join(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)) + " | " + row[3])
+    out.append(line)
+    return "\n".join(out)

@@ -1,0 +1,218 @@
+"""A failing case for every launcher rule that had none, and the budget checks: steps, the reference step,
+checkpoint disk, resume path, and the weight-sync trap of free_cache_engine=False.
+
+Each case builds a plan that breaks exactly one rule and asserts the rule's own message, so disabling the rule in
+recipes/launch/checks.py or plan.py fails here (the mutation these tests exist for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from recipes.launch import budget, plan
+from recipes.launch.catalog import QWEN3_4B, QWEN25_32B, RECIPES
+
+FAKE_HOME = "/nonexistent/kit-home"
+
+
+def _build(name: str, hw: str, *overrides: str, environ: dict[str, str] | None = None, **kwargs) -> plan.Plan:
+    return plan.build(
+        RECIPES[name], hw, overrides, path_check=kwargs.pop("path_check", False), environ=environ or {"HOME": FAKE_HOME}
+    )
+
+
+def _has(built: plan.Plan, text: str) -> bool:
+    return any(text in e for e in built.errors)
+
+
+# --- layout rules without a failing case before ---------------------------------------------------------------
+
+
+def test_mini_batch_times_n_must_divide_the_data_parallel_size() -> None:
+    # 64 x 1 trajectories fill 16 workers and 16 agent workers, but a mini-batch of 2 x 1 cannot split over dp 4
+    built = _build(
+        "qwen3_4b_dapo", "a3", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=1"
+    )
+    assert _has(built, "actor.ppo_mini_batch_size x rollout.n = 2 must be divisible by the data-parallel size 4")
+    assert not _has(_build("qwen3_4b_dapo", "a3"), "must be divisible by the data-parallel size")
+
+
+def test_parallelism_must_divide_the_kv_heads(tmp_path: Path, make_model: Callable[..., Path]) -> None:
+    environ = {"HOME": FAKE_HOME, "MODEL_PATH": str(make_model(tmp_path / "m", heads=12, kv_heads=3))}
+    built = _build("qwen3_4b_sft", "cpu", "ulysses_sequence_parallel_size=2", environ=environ)
+    assert _has(built, "Ulysses SP must divide the 3 KV heads or be a multiple of them")
+    assert not _has(built, "attention heads")  # 12 is divisible by 2: only the KV rule fires
+    # 4 KV heads and SP 2 divide: no error
+    environ["MODEL_PATH"] = str(make_model(tmp_path / "ok", heads=12, kv_heads=4))
+    assert not _has(_build("qwen3_4b_sft", "cpu", "ulysses_sequence_parallel_size=2", environ=environ), "KV heads")
+
+
+def test_tensor_parallelism_must_fit_in_a_node() -> None:
+    built = _build("qwen3_4b_dapo", "a3", "actor_rollout_ref.rollout.tensor_model_parallel_size=32")
+    assert _has(built, "rollout.tensor_model_parallel_size=32 must divide the 16 devices of a node")
+    assert not _has(_build("qwen3_4b_dapo", "a3"), "devices of a node")
+
+
+def test_job_env_values_must_be_strings() -> None:
+    """Ray's runtime_env takes Dict[str, str] only: an unquoted number would fail inside ray.init, after start-up."""
+    key = "+ray_kwargs.ray_init.runtime_env.env_vars"
+    unquoted = _build("qwen3_4b_dapo", "a3", f"{key}.HCCL_BUFFSIZE=1024")
+    assert _has(unquoted, "env_vars.HCCL_BUFFSIZE=1024 is not a string")
+    assert not _has(_build("qwen3_4b_dapo", "a3", f"{key}.HCCL_BUFFSIZE='1024'"), "is not a string")
+    # the launcher's own values (parity's tool memory limit is a number) are quoted
+    built = plan.build(RECIPES["qwen3_4b_dapo"], "a3", (), parity=True, path_check=False, environ={"HOME": FAKE_HOME})
+    assert not _has(built, "is not a string")
+
+
+def test_free_cache_engine_off_is_refused() -> None:
+    built = _build("qwen3_4b_dapo", "a3", "actor_rollout_ref.rollout.free_cache_engine=False")
+    assert _has(built, "free_cache_engine=False") and _has(built, "PR #4248")
+    assert not _has(_build("qwen3_4b_dapo", "a3"), "free_cache_engine")
+
+
+# --- steps and the reference step -----------------------------------------------------------------------------
+
+
+def test_zero_steps_is_an_error(tmp_path: Path, make_parquet: Callable[[Path, int], Path]) -> None:
+    environ = {"HOME": FAKE_HOME, "TRAIN_FILE": str(make_parquet(tmp_path / "tiny.parquet", 4))}
+    built = _build("qwen2.5_32b_dapo", "a3", environ=environ)
+    assert built.steps == 0
+    assert _has(built, "the run would train 0 steps (4 rows / batch 512")
+
+
+@pytest.mark.parametrize(("name", "reference_step"), [("qwen3_4b_dapo", 130), ("qwen2.5_32b_dapo", 150)])
+def test_rl_recipes_reach_the_reference_step(
+    name: str, reference_step: int, tmp_path: Path, make_parquet: Callable[[Path, int], Path]
+) -> None:
+    """With the deduplicated DAPO-Math-17k (~17.9k prompts) each RL recipe runs at least to its reference step."""
+    environ = {"HOME": FAKE_HOME, "TRAIN_FILE": str(make_parquet(tmp_path / "dapo.parquet", 17_917))}
+    built = _build(name, "a3", environ=environ)
+    assert RECIPES[name].reference_result is not None and RECIPES[name].reference_result.step == reference_step
+    assert built.steps is not None and built.steps >= reference_step, built.steps
+    assert not any("fall short" in w for w in built.warnings), built.warnings
+    row = dict(_rows(built))["reference result"]
+    assert f"at step {reference_step}" in row and f"{built.steps} planned" in row
+
+
+def test_short_runs_warn_against_the_reference_step(tmp_path: Path, make_parquet: Callable) -> None:
+    built = _build("qwen2.5_32b_dapo", "a3", "trainer.total_training_steps=100")
+    assert built.steps == 100
+    assert any("100 planned steps fall short of step 150" in w for w in built.warnings), built.warnings
+    # one epoch of the 32B recipe over the deduplicated data (the reference's total_epochs) stops at step 34
+    environ = {"HOME": FAKE_HOME, "TRAIN_FILE": str(make_parquet(tmp_path / "dapo.parquet", 17_917))}
+    built = _build("qwen2.5_32b_dapo", "a3", "trainer.total_epochs=1", environ=environ)
+    assert built.steps == 34 and any("34 planned steps fall short of step 150" in w for w in built.warnings)
+
+
+def _rows(built: plan.Plan) -> list[tuple[str, str]]:
+    from recipes.launch import report
+
+    return report.rows(built)
+
+
+# --- checkpoint disk and resume -------------------------------------------------------------------------------
+
+
+def test_parameter_counts_from_the_checkpoints_configs() -> None:
+    assert QWEN3_4B.parameters == 4_022_468_096  # Qwen3-4B(-Instruct-2507): 4.0B
+    assert round(QWEN25_32B.parameters / 1e9, 2) == 32.76  # Qwen2.5-32B: "32.8B params"
+
+
+def test_checkpoint_budget_counts_saves_and_keeps(tmp_path: Path, make_parquet: Callable) -> None:
+    # 4B RL, 17,917 rows: 279 steps, a save every 10 steps and at the last: 28 checkpoints of 12 B/parameter
+    environ = {"HOME": FAKE_HOME, "TRAIN_FILE": str(make_parquet(tmp_path / "dapo.parquet", 17_917))}
+    built = _build("qwen3_4b_dapo", "a3", environ=environ)
+    assert built.steps == 279 and built.checkpoints is not None
+    assert built.checkpoints.count == 28 and built.checkpoints.keep is None
+    assert built.checkpoints.per_checkpoint == QWEN3_4B.parameters * budget.CKPT_BYTES_PER_PARAM
+    assert 1.3e12 < built.checkpoints.total < 1.4e12  # ~1.35 TB
+    # the 32B recipe keeps 2
+    assert _build("qwen2.5_32b_dapo", "a3").checkpoints.count == 2
+    # SFT saves its last step even without save_freq; RL does not
+    assert _build("qwen3_4b_sft", "a3", "trainer.save_freq=-1", "trainer.total_training_steps=5").checkpoints.count == 1
+    assert (
+        _build("qwen3_4b_dapo", "a3", "trainer.save_freq=-1", "trainer.total_training_steps=5").checkpoints.count == 0
+    )
+
+
+def test_checkpoint_disk_short_is_an_error(
+    tmp_path: Path, make_model: Callable, make_parquet: Callable, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    environ = {
+        "HOME": str(tmp_path),
+        "MODEL_PATH": str(make_model(tmp_path / "model")),
+        "TRAIN_FILE": str(make_parquet(tmp_path / "data.parquet", 17_917)),
+        "VAL_FILE": str(make_parquet(tmp_path / "val.parquet", 30)),
+        "CKPT_DIR": str(tmp_path / "ckpt"),
+    }
+    monkeypatch.setattr(budget, "free_bytes", lambda path: (10**12, Path(path).parent))  # 1 TB free
+    built = plan.build(RECIPES["qwen3_4b_sft"], "a3", [], path_check=True, environ=environ)
+    assert _has(built, "checkpoints need ~") and _has(built, "1.0 TB free"), built.errors
+    assert _has(built, "trainer.max_ckpt_to_keep=N")
+    built = plan.build(RECIPES["qwen3_4b_sft"], "a3", ["trainer.max_ckpt_to_keep=2"], path_check=True, environ=environ)
+    assert not _has(built, "checkpoints need"), built.errors
+    assert "free at" in dict(_rows(built))["checkpoint disk"]
+
+
+def test_resume_path_must_exist(tmp_path: Path, make_model: Callable, make_parquet: Callable) -> None:
+    environ = {
+        "HOME": str(tmp_path),
+        "MODEL_PATH": str(make_model(tmp_path / "model")),
+        "TRAIN_FILE": str(make_parquet(tmp_path / "data.parquet", 64)),
+        "VAL_FILE": str(make_parquet(tmp_path / "val.parquet", 8)),
+    }
+
+    def errors(*overrides: str) -> list[str]:
+        return plan.build(RECIPES["qwen3_4b_sft"], "cpu", list(overrides), path_check=True, environ=environ).errors
+
+    assert any("needs trainer.resume_from_path" in e for e in errors("trainer.resume_mode=resume_path"))
+    missing = tmp_path / "ckpt" / "global_step_10"
+    assert any("does not exist" in e for e in errors(f"trainer.resume_from_path={missing}"))
+    missing.mkdir(parents=True)
+    assert not any("resume_from_path" in e for e in errors(f"trainer.resume_from_path={missing}"))
+    assert any("global_step_N folder" in e for e in errors(f"trainer.resume_from_path={missing.parent}"))
+    # disabled resumption ignores the path, as verl does
+    assert not any(
+        "resume_from_path" in e for e in errors("trainer.resume_mode=disable", "trainer.resume_from_path=/x")
+    )
+
+
+# --- memory per device ----------------------------------------------------------------------------------------
+
+
+def test_the_h200_profile_holds_the_32b_recipe_on_one_node() -> None:
+    for name in ("qwen2.5_32b_sft", "qwen2.5_32b_dapo"):
+        built = _build(name, "h200")
+        assert built.errors == [], built.errors
+        assert (built.cfg.trainer.nnodes, built.cfg.trainer.n_gpus_per_node) == (1, 8)
+        assert built.memory is not None and built.memory.train_gb < 0.95 * 141
+    rl = _build("qwen2.5_32b_dapo", "h200").cfg.actor_rollout_ref
+    assert (rl.actor.ulysses_sequence_parallel_size, rl.rollout.tensor_model_parallel_size) == (8, 4)
+    assert rl.actor.fsdp_config.param_offload and rl.actor.fsdp_config.optimizer_offload
+    assert rl.rollout.gpu_memory_utilization == 0.9
+
+
+def test_layouts_that_cannot_fit_are_refused() -> None:
+    # the same single-node layout on 80 GB devices: 66 GB of states + activations do not fit
+    built = _build("qwen2.5_32b_dapo", "cuda", "trainer.nnodes=1")
+    assert _has(built, "training needs ~") and _has(built, "of 80 GB"), built.errors
+    # the 32B model's bf16 weights on one 64 GB device (TP 1) exceed vLLM's 0.8 share
+    assert _has(_build("qwen2.5_32b_dapo", "a3", "actor_rollout_ref.rollout.tensor_model_parallel_size=1"), "raise")
+    # without offload the actor's states stay next to vLLM's 0.9 share of an 80 GB device
+    no_offload = (
+        "actor_rollout_ref.actor.fsdp_config.param_offload=false",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=false",
+    )
+    assert _has(_build("qwen2.5_32b_dapo", "cuda", *no_offload), "during rollout the actor keeps")
+    # a KV cache that cannot hold one trajectory
+    tiny_share = _build("qwen3_4b_dapo", "a3", "actor_rollout_ref.rollout.gpu_memory_utilization=0.04")
+    assert _has(tiny_share, "KV cache holds"), tiny_share.errors
+
+
+def test_memory_row_in_the_table() -> None:
+    row = dict(_rows(_build("qwen3_4b_dapo", "a3")))["memory"]
+    assert row.startswith("training ~") and "of 64 GB per device" in row and "vLLM weights" in row
+    assert "memory" not in dict(_rows(_build("qwen3_4b_dapo", "cpu")))  # no memory per device on a CPU

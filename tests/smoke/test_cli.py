@@ -1,0 +1,167 @@
+"""The smoke's command line: scripts/smoke.sh parses nothing, Python checks the options (and answers --help) before
+the venv is built, and says which interpreter runs the smoke on which platform."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kit_testing import REPO_ROOT, kit_env
+
+from recipes.smoke import cli
+
+STUBS = REPO_ROOT / "tests" / "kernels" / "stubs"
+
+
+def _smoke(*args: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "smoke.sh"), *args],
+        capture_output=True,
+        text=True,
+        env=kit_env(**env),
+        cwd=REPO_ROOT,
+        timeout=60,
+    )
+
+
+def _check_args(*args: str, python: str = sys.executable, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [python, "-m", "recipes.smoke", "check-args", *args],
+        capture_output=True,
+        text=True,
+        env=kit_env(**env),
+        cwd=REPO_ROOT,
+        timeout=120,
+    )
+
+
+def test_smoke_help_and_bad_arguments_stop_before_the_venv() -> None:
+    proc = _smoke("--help")
+    assert proc.returncode == 0, proc.stderr
+    assert "--fast" in proc.stdout and "summary.json" in proc.stdout and "--device" in proc.stdout
+    assert "stage 0" not in proc.stdout  # nothing was built
+    for args, message in [
+        (["--bogus"], "unrecognized arguments: --bogus"),
+        (["--out"], "argument --out: expected one argument"),
+        (["--device"], "expected one argument"),
+        (["--platform", "tpu"], "invalid choice: 'tpu'"),
+    ]:
+        t0 = time.monotonic()
+        proc = _smoke(*args)
+        assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
+        assert message in proc.stderr, (args, proc.stderr)
+        assert "stage 0" not in proc.stdout and "Traceback" not in proc.stderr
+        assert time.monotonic() - t0 < 30
+
+
+def test_smoke_refuses_a_non_empty_out_before_the_venv(tmp_path: Path) -> None:
+    (tmp_path / "old.txt").write_text("keep me")
+    proc = _smoke("--out", str(tmp_path), "--fast")
+    assert proc.returncode == 2 and "is not empty" in proc.stderr and "--force" in proc.stderr, proc.stderr
+    assert "stage 0" not in proc.stdout
+    assert (tmp_path / "old.txt").read_text() == "keep me"
+
+
+def test_check_args_imports_only_the_standard_library() -> None:
+    """scripts/smoke.sh runs it with any python3, before the venv exists."""
+    code = (
+        "import sys; before = set(sys.modules); import recipes.smoke.cli; "
+        "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
+        "print(sorted(new - set(sys.stdlib_module_names) - {'recipes'}))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=kit_env(), timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr
+
+
+def test_check_args_runs_the_cpu_smoke_in_the_venv() -> None:
+    for args in (["--platform", "cpu"], ["--device", "cpu"], ["--fast"]):
+        proc = _check_args(*args, KIT_DEVICE="cpu")
+        assert proc.returncode == 0 and proc.stdout.strip() == cli.VENV, (args, proc.stdout, proc.stderr)
+
+
+def test_check_args_writes_the_answer_to_the_given_fd() -> None:
+    code = (
+        "import os, subprocess, sys; r, w = os.pipe(); "
+        "p = subprocess.run([sys.executable, '-m', 'recipes.smoke', 'check-args', '--runner-fd', str(w), "
+        "'--platform', 'cpu'], pass_fds=(w,), capture_output=True, text=True); os.close(w); "
+        "print(repr(p.stdout), os.read(r, 100).decode().strip(), p.returncode)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=kit_env(), timeout=60)
+    assert proc.stdout.split() == ["''", cli.VENV, "0"], proc.stdout + proc.stderr
+
+
+def test_check_args_on_an_npu_host_runs_this_interpreter() -> None:
+    """KIT_DEVICE=npu with the stub torch_npu stands for an NPU image: no venv, this interpreter runs the smoke."""
+    proc = _check_args(KIT_DEVICE="npu", PYTHONPATH=f"{STUBS}{os.pathsep}{REPO_ROOT}")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == sys.executable
+
+
+def test_check_args_refuses_an_accelerator_this_interpreter_lacks() -> None:
+    proc = _check_args("--platform", "cuda")  # the venv's torch is the CPU build
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("smoke: error: platform cuda is not available to") and "KIT_PYTHON" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and proc.stdout == ""
+    proc = _check_args(KIT_DEVICE="gpu")
+    assert proc.returncode == 2 and "KIT_DEVICE='gpu' is not a platform" in proc.stderr
+
+
+@pytest.mark.parametrize("platform", ["npu", "cuda"])
+def test_accelerator_target_does_not_need_the_venv(monkeypatch: pytest.MonkeyPatch, platform: str) -> None:
+    monkeypatch.delenv("KIT_HW", raising=False)
+    target = cli.resolve_target(platform)
+    assert target.platform.name == platform and target.profile.platform is target.platform
+    assert not target.needs_venv
+    assert cli.resolve_target("cpu").needs_venv
+
+
+def test_kit_hw_of_another_platform_does_not_leak_into_the_smoke(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KIT_HW", "a3")
+    assert cli.resolve_target("cpu").profile.name == "cpu"
+    monkeypatch.setenv("KIT_HW", "cuda")
+    target = cli.resolve_target("cuda")
+    assert target.profile.name == "cuda"
+
+
+def test_dry_run_prints_commands_and_starts_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "recipes.smoke", "run", "--dry-run", "--platform", "cpu", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
+        cwd=REPO_ROOT,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not out.exists(), "a dry run must not create the artifacts folder"
+    text = proc.stdout
+    assert "platform cpu, hardware profile cpu, scale smoke" in text
+    stages = [line.removeprefix("== ") for line in text.splitlines() if line.startswith("== ")]
+    assert stages == ["data"] * 4 + ["sft", "merge", "sandbox", "rl", "eval", "plots"]
+    assert "run_qwen3_4b_sft_npu.sh --hw cpu --scale smoke" in text
+    assert "run_qwen3_4b_dapo_npu.sh --hw cpu --scale smoke" in text
+
+
+def test_tool_call_rate_help() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "recipes.smoke", "tool-call-rate", "--help"],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
+        timeout=60,
+    )
+    assert proc.returncode == 0 and "--samples" in proc.stdout
+    # the old entry point is an alias
+    proc = subprocess.run(
+        [sys.executable, "-m", "recipes.smoke.pipeline", "run", "--help"],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
+        timeout=60,
+    )
+    assert proc.returncode == 0 and "--platform" in proc.stdout
