@@ -229,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     except ConnectionError as exc:  # datasets: "Couldn't reach '<id>' on the Hub (OfflineModeIsEnabled)" and the like
         log(
             f"error: {args.input}: the Hugging Face hub cannot be reached ({exc}). On an offline cluster, download it "
-            f"on a connected machine (hf download --repo-type dataset {args.input} --local-dir DIR), copy DIR here "
-            "and pass --input DIR"
+            f"on a connected machine (retool-bundle create, or hf download --repo-type dataset {args.input} "
+            "--local-dir DIR), copy DIR here and pass --input DIR"
         )
         return 2
     except Exception as exc:

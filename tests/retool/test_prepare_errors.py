@@ -52,7 +52,7 @@ def test_offline_hub_says_how_to_bring_the_data_in(
     monkeypatch.setattr(prepare, "open_source", offline)
     code, line = _run(capsys, "--input", "yentinglin/aime_2025", "--output", str(tmp_path / "o.parquet"))
     assert code == 2 and "cannot be reached" in line
-    assert "hf download --repo-type dataset yentinglin/aime_2025 --local-dir DIR" in line and "--input DIR" in line
+    assert "hf download --repo-type dataset yentinglin/aime_2025" in line and "--input DIR" in line
 
 
 def test_dedup_folds_whitespace_only_differences() -> None:

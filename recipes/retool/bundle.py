@@ -1,0 +1,213 @@
+"""``retool-bundle``: carry everything a ReTool run reads to an offline cluster, as one checked directory.
+
+    retool-bundle create --out DIR [--model Qwen/Qwen3-4B-Instruct-2507] [--image TAG] [--no-wheels]   # connected
+    retool-bundle install --from DIR [--data-dir ~/data/retool] [--models-dir ~/models] [--pip]      # offline
+
+Why: Atlas clusters are often offline, and a run needs three datasets, a model snapshot, the kit's pinned wheels
+and the image; fetched one by one they fail late (``retool-prepare`` on a hub id, pip without an index). ``create``
+gathers them with a ``MANIFEST.json`` (sha256 and size of every file); ``install`` verifies every checksum first,
+then writes the recipes' default inputs: the three parquet files under the data dir with the names the launcher
+reads (recipes/launch/catalog.py), the model under the models dir (recipes/launch/inputs.py
+``default_model_path``), ``docker load`` of saved images, and with ``--pip`` the wheels without an index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from recipes.launch.inputs import DEFAULT_DATA_DIR, DEFAULT_MODELS_DIR
+
+#: (retool-prepare command, hub dataset id, parquet name the recipes read by default)
+DATASETS = (
+    ("sft", "JoeYing/ReTool-SFT", "retool_sft.parquet"),
+    ("rl", "BytedTsinghua-SIA/DAPO-Math-17k", "dapo_math_17k.parquet"),
+    ("val", "yentinglin/aime_2025", "aime_2025.parquet"),
+)
+DEFAULT_MODEL = "Qwen/Qwen3-4B-Instruct-2507"
+MANIFEST = "MANIFEST.json"
+
+Download = Callable[[str, str, Path], None]  # (repo id, "dataset"|"model", destination folder)
+Run = Callable[[Sequence[str]], None]  # runs a command, raises on failure
+
+
+class BundleError(RuntimeError):
+    """Something the user must fix; printed as one line."""
+
+
+def say(message: str) -> None:
+    print(f"[retool-bundle] {message}", file=sys.stderr, flush=True)
+
+
+def hub_download(repo_id: str, repo_type: str, dest: Path) -> None:
+    from huggingface_hub import snapshot_download
+
+    try:
+        snapshot_download(repo_id, repo_type=repo_type, local_dir=str(dest))
+    except Exception as exc:  # noqa: BLE001 (hub, network and offline-mode errors alike: one line for the user)
+        raise BundleError(f"{repo_id}: download failed ({type(exc).__name__}: {exc}); is this machine online?") from exc
+
+
+def run_command(argv: Sequence[str]) -> None:
+    say("$ " + " ".join(argv))
+    if subprocess.run(list(argv)).returncode != 0:
+        raise BundleError(f"command failed: {' '.join(argv)}")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST and ".cache" not in p.parts)
+
+
+def _pins() -> list[str]:
+    from npu_kernels import pins
+
+    return [f"{name}=={version}" for name, version in pins.python_requirements().items()]
+
+
+def create(
+    out: Path,
+    model: str,
+    images: Sequence[str],
+    wheels: bool,
+    download: Download = hub_download,
+    run: Run = run_command,
+) -> dict:
+    if out.exists() and any(out.iterdir()):
+        raise BundleError(f"--out {out} is not empty: give a new folder")
+    for _, repo, _ in DATASETS:
+        say(f"dataset {repo}")
+        download(repo, "dataset", out / "datasets" / repo.split("/")[-1])
+    say(f"model {model}")
+    download(model, "model", out / "models" / model.split("/")[-1])
+    if wheels:
+        (out / "wheels").mkdir(parents=True)
+        (out / "wheels" / "constraints.txt").write_text("\n".join(_pins()) + "\n")
+        run([sys.executable, "-m", "pip", "download", "-d", str(out / "wheels"), *_pins()])
+    for tag in images:
+        (out / "images").mkdir(parents=True, exist_ok=True)
+        run(["docker", "save", tag, "-o", str(out / "images" / f"{tag.replace('/', '_').replace(':', '_')}.tar")])
+    files = _files(out)
+    say(f"checksums of {len(files)} files")
+    manifest = {
+        "model": model.split("/")[-1],
+        "datasets": {command: repo.split("/")[-1] for command, repo, _ in DATASETS},
+        "images": list(images),
+        "files": {str(p.relative_to(out)): {"sha256": _sha256(p), "bytes": p.stat().st_size} for p in files},
+    }
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    total = sum(f["bytes"] for f in manifest["files"].values())
+    say(f"bundle ready: {out} ({len(files)} files, {total / 1e9:.2f} GB); copy it over and run retool-bundle install")
+    return manifest
+
+
+def verify(bundle: Path) -> dict:
+    path = bundle / MANIFEST
+    if not path.is_file():
+        raise BundleError(f"{path} is missing: not a bundle made by retool-bundle create (or not copied whole)")
+    manifest = json.loads(path.read_text())
+    for name, entry in manifest["files"].items():
+        file = bundle / name
+        if not file.is_file():
+            raise BundleError(f"{file} is missing from the bundle: copy the whole folder again")
+        if file.stat().st_size != entry["bytes"] or _sha256(file) != entry["sha256"]:
+            raise BundleError(f"{file} does not match its checksum in {MANIFEST}: the copy is damaged")
+    say(f"{len(manifest['files'])} files match {MANIFEST}")
+    return manifest
+
+
+def install(bundle: Path, data_dir: Path, models_dir: Path, pip: bool, run: Run = run_command) -> None:
+    manifest = verify(bundle)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    for command, _, parquet in DATASETS:
+        source = bundle / "datasets" / manifest["datasets"][command]
+        run(
+            [
+                sys.executable,
+                "-m",
+                "recipes.retool.prepare",
+                command,
+                "--input",
+                str(source),
+                "--output",
+                str(data_dir / parquet),
+            ]
+        )
+    model = models_dir / manifest["model"]
+    if model.exists():
+        say(f"model {model} exists: left as it is")
+    else:
+        say(f"model -> {model}")
+        shutil.copytree(bundle / "models" / manifest["model"], model)
+    for tar in sorted((bundle / "images").glob("*.tar")):
+        run(["docker", "load", "-i", str(tar)])
+    if pip and (bundle / "wheels").is_dir():
+        wheels = bundle / "wheels"
+        run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--no-index",
+                "--find-links",
+                str(wheels),
+                "-c",
+                str(wheels / "constraints.txt"),
+                *_pins(),
+            ]
+        )
+    say(f"done: DATA_DIR={data_dir} MODELS_DIR={models_dir}; next: bash recipes/run_qwen3_4b_sft_npu.sh --dry-run")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="retool-bundle", description="Carry everything a ReTool run reads to an offline cluster, checked."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("create", help="on a connected machine: datasets, model, wheels, images -> DIR + MANIFEST.json")
+    c.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new or empty folder")
+    c.add_argument("--model", default=DEFAULT_MODEL, help=f"hub id of the base model (default {DEFAULT_MODEL})")
+    c.add_argument("--image", action="append", default=[], metavar="TAG", help="docker save this image (repeatable)")
+    c.add_argument("--no-wheels", action="store_true", help="skip pip download of the pinned Python packages")
+    i = sub.add_parser("install", help="on the offline side: verify checksums, prepare data, place model, load images")
+    i.add_argument("--from", dest="bundle", type=Path, required=True, metavar="DIR")
+    i.add_argument(
+        "--data-dir", type=Path, default=Path(os.path.expanduser(DEFAULT_DATA_DIR)), help="default %(default)s"
+    )
+    i.add_argument(
+        "--models-dir", type=Path, default=Path(os.path.expanduser(DEFAULT_MODELS_DIR)), help="default %(default)s"
+    )
+    i.add_argument("--pip", action="store_true", help="also pip install the bundled wheels into this Python, no index")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "create":
+            create(args.out, args.model, args.image, not args.no_wheels)
+        else:
+            install(args.bundle, args.data_dir, args.models_dir, args.pip)
+    except BundleError as exc:
+        say(f"error: {exc}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

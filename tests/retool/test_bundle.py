@@ -1,0 +1,73 @@
+"""``retool-bundle`` (recipes/retool/bundle.py): create on a "connected" machine, install on an "offline" one, with
+local fixtures standing in for the hub; the installed files are where the launcher looks by default."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from recipes.launch import inputs
+from recipes.launch.catalog import RECIPES
+from recipes.retool import bundle
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "retool"
+SOURCES = {
+    "ReTool-SFT": "retool_sft_raw.jsonl",
+    "DAPO-Math-17k": "dapo_math_17k.jsonl",
+    "aime_2025": "aime_2025.jsonl",
+}
+
+
+def fake_hub(repo_id: str, repo_type: str, dest: Path) -> None:
+    dest.mkdir(parents=True)
+    if repo_type == "dataset":
+        shutil.copy(FIXTURES / SOURCES[repo_id.split("/")[-1]], dest / "train.jsonl")
+    else:
+        (dest / "config.json").write_text('{"model_type": "qwen3"}')
+
+
+def test_create_then_install_gives_the_launchers_default_inputs(tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+    out = tmp_path / "bundle"
+    manifest = bundle.create(out, bundle.DEFAULT_MODEL, [], wheels=False, download=fake_hub, run=calls.append)
+    assert calls == [] and len(manifest["files"]) == 4  # 3 datasets + the model's config
+
+    home = tmp_path / "home"
+    env = {"HOME": str(home)}
+    data_dir, models_dir = home / "data" / "retool", home / "models"
+    bundle.install(out, data_dir, models_dir, pip=False)  # real retool-prepare subprocesses
+    for name in ("qwen3_4b_sft", "qwen3_4b_dapo"):
+        recipe = RECIPES[name]
+        for item in inputs.resolve(recipe, "a3", env, "full"):
+            if item.value.endswith(".parquet"):
+                assert pq.read_metadata(item.value).num_rows > 0, item
+    assert Path(inputs.default_model_path(RECIPES["qwen3_4b_sft"], "a3", env)).joinpath("config.json").is_file()
+
+
+def test_damaged_or_incomplete_bundles_are_refused(tmp_path: Path) -> None:
+    out = tmp_path / "bundle"
+    bundle.create(out, bundle.DEFAULT_MODEL, [], wheels=False, download=fake_hub, run=lambda argv: None)
+    target = out / "datasets" / "aime_2025" / "train.jsonl"
+    target.write_text(target.read_text().replace("70", "71"))
+    with pytest.raises(bundle.BundleError, match="does not match its checksum"):
+        bundle.verify(out)
+    target.unlink()
+    with pytest.raises(bundle.BundleError, match="missing from the bundle"):
+        bundle.verify(out)
+    (out / bundle.MANIFEST).unlink()
+    with pytest.raises(bundle.BundleError, match="MANIFEST.json is missing"):
+        bundle.verify(out)
+
+
+def test_create_asks_for_wheels_and_images_and_refuses_a_used_folder(tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+    out = tmp_path / "bundle"
+    bundle.create(out, "Qwen/Qwen2.5-32B-Instruct", ["retool-npu-kit:v0.11.0-a3"], True, fake_hub, calls.append)
+    pip, docker = calls
+    assert pip[1:4] == ["-m", "pip", "download"] and "mlflow-skinny==3.17.2" in pip
+    assert docker[:3] == ["docker", "save", "retool-npu-kit:v0.11.0-a3"]
+    assert (out / "models" / "Qwen2.5-32B-Instruct" / "config.json").is_file()
+    assert bundle.main(["create", "--out", str(out), "--no-wheels"]) == 2  # not empty: nothing overwritten
