@@ -30,10 +30,13 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 class SchemaError(ValueError):
-    """A row does not match its schema; the message names the file, the row and the field."""
+    """A row does not match its schema; the message names the file, the row and the field.
+
+    ``row`` is the 0-based index the code counts with; messages count from 1, as jsonl line numbers do, so "row 3"
+    of a jsonl file without blank lines is line 3 (issue 14: messages mixed 0-based rows and 1-based lines)."""
 
     def __init__(self, source: str, row: int | None, field_name: str, problem: str) -> None:
-        where = f"row {row}" if row is not None else "schema"
+        where = f"row {row + 1}" if row is not None else "schema"
         super().__init__(f"{source}: {where}: field {field_name!r}: {problem}")
         self.source, self.row, self.field_name, self.problem = source, row, field_name, problem
 

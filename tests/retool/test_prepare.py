@@ -176,7 +176,7 @@ def test_format_is_detected_or_forced(tmp_path) -> None:
     code, log = run_cli(
         "val", "--input", str(FIXTURES / "aime_2025.jsonl"), "--output", out, "--format", "aime_maxwell"
     )
-    assert code == 2 and "aime_2025.jsonl: row 0: field 'Answer'" in log
+    assert code == 2 and "aime_2025.jsonl: row 1: field 'Answer'" in log
     code, log = run_cli("sft", "--input", str(FIXTURES / "dapo_math_17k.jsonl"), "--output", out)
     assert code == 2 and "dapo data cannot be used for `sft`" in log
     code, log = run_cli("rl", "--input", str(FIXTURES / "retool_sft_raw.jsonl"), "--output", out)
@@ -191,21 +191,21 @@ def test_errors_name_file_row_and_field(tmp_path) -> None:
     out = tmp_path / "out.parquet"
     code, log = run_cli("rl", "--input", str(bad), "--output", str(out))
     assert code == 2
-    assert f"{bad}: row 2: field 'reward_model.ground_truth'" in log
+    assert f"{bad}: row 3: field 'reward_model.ground_truth'" in log
 
     rows = jsonl_rows("dapo_math_17k.jsonl")
     rows[5]["prompt"] = [{"role": "user", "content": ""}]
     code, log = run_cli("rl", "--input", str(write_parquet(tmp_path / "p.parquet", rows)), "--output", str(out))
-    assert code == 2 and "p.parquet: row 5: field 'prompt[].content'" in log
+    assert code == 2 and "p.parquet: row 6: field 'prompt[].content'" in log
 
     (tmp_path / "broken.jsonl").write_text('{"problem": "x", "answer": "1"}\n{"problem": \n')
     code, log = run_cli("val", "--input", str(tmp_path / "broken.jsonl"), "--output", str(out))
-    assert code == 2 and "broken.jsonl: row 1: field '<line>': invalid JSON on line 2" in log
+    assert code == 2 and "broken.jsonl: row 2: field '<line>': invalid JSON on line 2" in log
 
     sft = jsonl_rows("retool_sft_raw.jsonl")
     sft[1]["messages"][1]["content"] = sft[1]["messages"][1]["content"].replace("<interpreter>\n2\n</interpreter>", "")
     code, log = run_cli("sft", "--input", str(write_jsonl(tmp_path / "sft.jsonl", sft)), "--output", str(out))
-    assert code == 2 and "sft.jsonl: row 1: field 'messages[1].content': code block at char" in log
+    assert code == 2 and "sft.jsonl: row 2: field 'messages[1].content': code block at char" in log
     assert not out.exists()
 
     code, log = run_cli("val", "--input", str(tmp_path / "missing.jsonl"), "--output", str(out))
@@ -219,7 +219,7 @@ def test_skip_invalid(tmp_path) -> None:
     code, log = run_cli(
         "val", "--input", str(write_jsonl(tmp_path / "a.jsonl", rows)), "--output", str(out), "--skip-invalid"
     )
-    assert code == 0 and "invalid skipped: 1" in log and "row 1: field 'answer'" in log
+    assert code == 0 and "invalid skipped: 1" in log and "row 2: field 'answer'" in log
     assert [r["reward_model"]["ground_truth"] for r in read_rows(out)] == ["70", "117"]
 
 
@@ -304,12 +304,12 @@ def test_sft_multiturn_validation(tmp_path) -> None:
     rows[0]["messages"][1]["tool_calls"][0]["function"]["arguments"] = "{not json"
     code, log = run_cli("sft", "--input", str(write_jsonl(tmp_path / "m.jsonl", rows)), "--output", str(tmp_path / "o"))
     assert (
-        code == 2 and "m.jsonl: row 0: field 'messages[1].tool_calls[0].arguments': arguments are not valid JSON" in log
+        code == 2 and "m.jsonl: row 1: field 'messages[1].tool_calls[0].arguments': arguments are not valid JSON" in log
     )
     rows = jsonl_rows("retool_sft_multiturn.jsonl")
     del rows[1]["messages"][2]  # a tool call with no tool turn
     code, log = run_cli("sft", "--input", str(write_jsonl(tmp_path / "n.jsonl", rows)), "--output", str(tmp_path / "o"))
-    assert code == 2 and "n.jsonl: row 1: field 'messages[2]': assistant turn where a tool turn was expected" in log
+    assert code == 2 and "n.jsonl: row 2: field 'messages[2]': assistant turn where a tool turn was expected" in log
 
 
 def test_sft_output_renders_in_verl_multiturn_sft_dataset(tmp_path, qwen_tokenizer) -> None:

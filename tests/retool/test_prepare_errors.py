@@ -64,3 +64,12 @@ def test_dedup_folds_whitespace_only_differences() -> None:
 
     assert dedup_key(row("Find  x if\n2x = 4.")) == dedup_key(row("Find x if 2x = 4. "))
     assert dedup_key(row("Find x if 2x = 4.")) != dedup_key(row("Find y if 2y = 4."))
+
+
+def test_row_numbers_are_jsonl_line_numbers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "aime.jsonl"
+    bad.write_text(
+        '{"problem": "1+1", "answer": "2"}\n{"problem": "2+2", "answer": "4"}\n{"problem": "", "answer": "5"}\n'
+    )
+    code, line = _run(capsys, "--input", str(bad), "--output", str(tmp_path / "o.parquet"))
+    assert code == 2 and "aime.jsonl: row 3: field 'problem'" in line  # the third line of the file
