@@ -33,7 +33,9 @@ from sandbox.settings import SandboxSettings
 
 WORKER_SCRIPT = Path(__file__).with_name("worker_main.py")
 LANDLOCK_HELPER = Path(__file__).with_name("worker_landlock.py")
-WORKER_FILES = (WORKER_SCRIPT, LANDLOCK_HELPER)
+#: Loaded by the worker by path: frames and system calls; what a request child does to itself.
+WORKER_HELPERS = (Path(__file__).with_name("worker_os.py"), Path(__file__).with_name("worker_request.py"))
+WORKER_FILES = (WORKER_SCRIPT, LANDLOCK_HELPER, *WORKER_HELPERS)
 WORKER_CAPABILITIES = (
     "CAP_SETUID",
     "CAP_SETGID",

@@ -17,7 +17,7 @@ from typing import Any
 from sandbox.isolation import FS_LANDLOCK, IsolationPlan
 from sandbox.output_capture import CappedPipeReader
 from sandbox.settings import SandboxSettings, child_env
-from sandbox.worker_main import HEADER, MAX_FRAME
+from sandbox.worker_os import HEADER, MAX_FRAME
 
 log = logging.getLogger("sandbox.worker")
 

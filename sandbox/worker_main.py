@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ctypes
 import importlib
-import io
 import json
 import os
 import resource
@@ -25,8 +23,6 @@ import select
 import shutil
 import signal
 import socket
-import stat
-import struct
 import sys
 import tempfile
 import time
@@ -34,122 +30,40 @@ import traceback
 import types
 from typing import Any, NoReturn
 
-HEADER = struct.Struct("!I")
-MAX_FRAME = 1 << 30
-MIB = 1024 * 1024
-
-PR_SET_PDEATHSIG = 1
-PR_SET_NAME = 15
-PR_CAPBSET_DROP = 24
-PR_SET_NO_NEW_PRIVS = 38
-PR_SET_CHILD_SUBREAPER = 36
-CLONE_NEWNET = 0x40000000
-_LINUX_CAPABILITY_VERSION_3 = 0x20080522
-
 #: Process name of every request child (inherited by anything it forks): lets tests and operators spot leftovers.
 REQUEST_PROCESS_NAME = b"sbx-req"
 #: Exit code a child uses when sandbox setup (not the user's code) failed.
 SETUP_FAILED_EXIT = 0x7D
 
-_libc = ctypes.CDLL(None, use_errno=True)
+
+def _load_sibling(name: str) -> types.ModuleType:
+    """A stdlib module beside this file, by path: ``python -I`` does not put this folder on sys.path."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"retool_sandbox_{name}", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Framing (also imported by the server)
+_os = _load_sibling("worker_os")
+HEADER, MAX_FRAME, MIB, CLONE_NEWNET = _os.HEADER, _os.MAX_FRAME, _os.MIB, _os.CLONE_NEWNET
+PR_SET_PDEATHSIG, PR_SET_NAME, PR_SET_NO_NEW_PRIVS = _os.PR_SET_PDEATHSIG, _os.PR_SET_NAME, _os.PR_SET_NO_NEW_PRIVS
+PR_SET_CHILD_SUBREAPER = _os.PR_SET_CHILD_SUBREAPER
+send_frame, recv_frame, _libc, _prctl = _os.send_frame, _os.recv_frame, _os._libc, _os._prctl
+_set_rlimit, _vm_size_bytes, _children_of_self = _os._set_rlimit, _os._vm_size_bytes, _os._children_of_self
+_drop_all_capabilities = _os._drop_all_capabilities
 
-
-def send_frame(sock: socket.socket, obj: Any, fds: list[int] | None = None) -> None:
-    """Send one JSON frame; ``fds`` ride on the 4-byte header so they arrive with the frame they belong to."""
-    body = json.dumps(obj, separators=(",", ":")).encode()
-    header = HEADER.pack(len(body))
-    if fds:
-        socket.send_fds(sock, [header], fds)
-    else:
-        sock.sendall(header)
-    sock.sendall(body)
-
-
-def _recv_exact(sock: socket.socket, size: int, fds_out: list[int] | None = None) -> bytes:
-    chunks: list[bytes] = []
-    got = 0
-    while got < size:
-        if fds_out is not None and got == 0:
-            data, fds, _flags, _addr = socket.recv_fds(sock, size, 4)
-            fds_out.extend(fds)
-        else:
-            data = sock.recv(size - got)
-        if not data:
-            raise EOFError("peer closed the worker socket")
-        chunks.append(data)
-        got += len(data)
-    return b"".join(chunks)
-
-
-def recv_frame(sock: socket.socket, with_fds: bool = False) -> tuple[Any, list[int]]:
-    """Receive one JSON frame (and the descriptors sent with it)."""
-    fds: list[int] = []
-    (size,) = HEADER.unpack(_recv_exact(sock, HEADER.size, fds if with_fds else None))
-    if size > MAX_FRAME:
-        raise ValueError(f"frame of {size} bytes is too large")
-    return json.loads(_recv_exact(sock, size)), fds
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Small OS helpers
-
-
-def _prctl(option: int, arg: int | bytes = 0) -> bool:
-    return _libc.prctl(option, arg, 0, 0, 0) == 0
-
-
-def _set_rlimit(which: int, soft: int, hard: int | None = None) -> None:
-    """Lower a limit; never tries to raise a hard limit (which would fail for non-root servers)."""
-    _cur_soft, cur_hard = resource.getrlimit(which)
-    hard = soft if hard is None else hard
-    if cur_hard != resource.RLIM_INFINITY:
-        hard = min(hard, cur_hard)
-        soft = min(soft, hard)
-    resource.setrlimit(which, (soft, hard))
-
-
-def _vm_size_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[0]) * resource.getpagesize()
-
-
-def _children_of_self() -> list[int]:
-    """Direct children (the worker is a subreaper, so orphaned descendants land here too)."""
-    pids: list[int] = []
-    try:
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/children") as f:
-                pids.extend(int(p) for p in f.read().split())
-        return pids
-    except FileNotFoundError:  # kernel without CONFIG_PROC_CHILDREN: scan the process table
-        me = os.getpid()
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                with contextlib.suppress(OSError, ValueError, IndexError):
-                    with open(f"/proc/{entry}/stat") as f:
-                        if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
-                            pids.append(int(entry))
-        return pids
-
-
-def _drop_all_capabilities() -> None:
-    for cap in range(64):
-        _prctl(PR_CAPBSET_DROP, cap)
-
-    class _Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class _Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-    header = _Header(_LINUX_CAPABILITY_VERSION_3, 0)
-    data = (_Data * 2)()
-    if _libc.capset(ctypes.byref(header), data) != 0:
-        raise OSError(ctypes.get_errno(), "capset failed")
+_request = _load_sibling("worker_request")
+_count_processes_of_uid = _request._count_processes_of_uid
+_empty_private_dirs = _request._empty_private_dirs
+_safe_join = _request._safe_join
+_materialise = _request._materialise
+_chown_tree = _request._chown_tree
+_reset_process_state = _request._reset_process_state
+_flush_and_exit = _request._flush_and_exit
+_run_user_code = _request._run_user_code
+_exit_code = _request._exit_code
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -524,145 +438,6 @@ class Worker:
         _set_rlimit(resource.RLIMIT_FSIZE, int(self.cfg["fsize_mb"]) * MIB)
         _set_rlimit(resource.RLIMIT_NOFILE, int(self.cfg["nofile"]))
         _set_rlimit(resource.RLIMIT_CORE, 0)
-
-
-def _count_processes_of_uid(uid: int) -> int:
-    count = 0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                if os.stat(f"/proc/{entry}").st_uid == uid:
-                    count += len(os.listdir(f"/proc/{entry}/task"))
-            except OSError:
-                continue
-    return count
-
-
-def _empty_private_dirs(roots: tuple[str, ...]) -> None:
-    """Remove whatever a run left in the worker's private tmpfs dirs, so the next run on this worker sees none."""
-    for root in roots:
-        with contextlib.suppress(OSError):
-            for entry in os.scandir(root):
-                if entry.is_dir(follow_symlinks=False):
-                    shutil.rmtree(entry.path, ignore_errors=True)
-                else:
-                    with contextlib.suppress(OSError):
-                        os.unlink(entry.path)
-
-
-def _safe_join(root: str, relative: str) -> str:
-    """Resolve a client-supplied relative path inside ``root``; refuse absolute paths and ``..`` escapes."""
-    if not relative or relative.startswith("/") or "\x00" in relative:
-        raise ValueError(f"bad file path {relative!r}")
-    path = os.path.normpath(os.path.join(root, relative))
-    if not path.startswith(root.rstrip("/") + "/"):
-        raise ValueError(f"file path {relative!r} leaves the sandbox directory")
-    return path
-
-
-def _materialise(workdir: str, files: dict[str, str | None], code: str) -> str:
-    """Write the request's files and the code; returns the script path (``main.py`` unless a file took it)."""
-    for name, content in files.items():
-        path = _safe_join(workdir, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
-            f.write(base64.b64decode(content) if content else b"")
-    script = os.path.join(workdir, "main.py")
-    counter = 0
-    while os.path.exists(script):
-        counter += 1
-        script = os.path.join(workdir, f"main_{counter}.py")
-    with open(script, "w", encoding="utf-8") as f:
-        f.write(code)
-    return script
-
-
-def _chown_tree(root: str, uid: int, gid: int) -> None:
-    for dirpath, dirnames, filenames in os.walk(root):
-        os.chown(dirpath, uid, gid)
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            if not stat.S_ISLNK(os.lstat(path).st_mode):
-                os.chown(path, uid, gid)
-
-
-def _reset_process_state(env: dict[str, str], workdir: str) -> None:
-    """Make the forked interpreter look like a fresh ``python main.py`` to the code."""
-    os.environ.clear()
-    os.environ.update(env)
-    os.environ["HOME"] = workdir
-    os.environ["TMPDIR"] = workdir
-    tempfile.tempdir = None
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="strict"
-    )
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
-        encoding="utf-8",
-        errors="backslashreplace",
-        line_buffering=True,
-    )
-    for sig in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
-        with contextlib.suppress(OSError, ValueError):
-            signal.signal(sig, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _flush_and_exit)
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:  # a fresh interpreter would not replay the worker's random stream
-        with contextlib.suppress(Exception):
-            numpy.random.seed()
-
-
-def _flush_and_exit(_signum: int, _frame: object) -> None:
-    """On the wall timeout the worker sends SIGTERM first, so partial output reaches the client."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(128 + signal.SIGTERM)
-
-
-def _run_user_code(script: str) -> int:
-    import atexit
-    import builtins
-    import threading
-
-    main = types.ModuleType("__main__")
-    main.__file__ = script
-    main.__builtins__ = builtins
-    sys.modules["__main__"] = main
-    sys.argv = [script]
-    sys.path.insert(0, os.path.dirname(script))
-    code = 0
-    try:
-        with open(script, encoding="utf-8") as f:
-            source = f.read()
-        exec(compile(source, script, "exec"), main.__dict__)
-    except SystemExit as exc:
-        code = _exit_code(exc)
-    except BaseException as exc:  # noqa: BLE001 - print it the way the interpreter would
-        traceback.print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
-        code = 1
-    for finaliser in (getattr(threading, "_shutdown", None), atexit._run_exitfuncs):
-        with contextlib.suppress(BaseException):
-            if finaliser is not None:
-                finaliser()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:  # noqa: BLE001
-            code = code or 120
-    return code
-
-
-def _exit_code(exc: SystemExit) -> int:
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code & 0xFF
-    with contextlib.suppress(Exception):
-        print(exc.code, file=sys.stderr)
-    return 1
 
 
 def main(argv: list[str] | None = None) -> None:
