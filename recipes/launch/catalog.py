@@ -67,7 +67,7 @@ class Recipe:
     config_name: str
     phase: str  # "sft" or "rl": the platform's environment for the phase and the verl entry point
     model: ModelFacts
-    train_file: str  # default file names under DATA_DIR, as ``python -m recipes.retool.prepare`` writes them
+    train_file: str  # default file names under DATA_DIR, as ``retool-prepare`` writes them
     val_file: str
     sft_recipe: str | None = None  # RL only: the stage whose merged checkpoint is the default MODEL_PATH
     reference: str = ""

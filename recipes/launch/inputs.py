@@ -99,10 +99,10 @@ def _model_hint(recipe: Recipe, hw: str, scale: str) -> str:
 
 def _data_hint(recipe: Recipe, which: str) -> str:
     if recipe.phase == "sft":
-        return "python -m recipes.retool.prepare sft --input JoeYing/ReTool-SFT --output <file>"
+        return "retool-prepare sft --input JoeYing/ReTool-SFT --output <file>"
     if which == "train":
-        return "python -m recipes.retool.prepare rl --input BytedTsinghua-SIA/DAPO-Math-17k --output <file>"
-    return "python -m recipes.retool.prepare val --input yentinglin/aime_2025 --output <file>"
+        return "retool-prepare rl --input BytedTsinghua-SIA/DAPO-Math-17k --output <file>"
+    return "retool-prepare val --input yentinglin/aime_2025 --output <file>"
 
 
 def model_key(recipe: Recipe) -> str:

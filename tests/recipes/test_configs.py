@@ -284,7 +284,7 @@ def test_path_checks_name_the_input_and_the_fix(
     assert f"model {tmp_path}/models/Qwen3-4B-Instruct-2507 (default of MODEL_PATH) does not exist" in text
     assert "hf download Qwen/Qwen3-4B-Instruct-2507" in text
     assert f"data {tmp_path}/data/retool_sft.parquet (default of TRAIN_FILE) is not an existing parquet file" in text
-    assert "python -m recipes.retool.prepare sft" in text
+    assert "retool-prepare sft" in text
 
     environ["MODEL_PATH"] = str(make_model(tmp_path / "tiny", heads=4, kv_heads=2))
     make_parquet(tmp_path / "data" / "retool_sft.parquet", 20)
