@@ -61,7 +61,8 @@ def run_command(argv: Sequence[str]) -> None:
         raise BundleError(f"command failed: {' '.join(argv)}")
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """Streamed, so multi-GB model shards are hashed in constant memory (also the smoke model's cache key)."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -107,7 +108,7 @@ def create(
         "model": model.split("/")[-1],
         "datasets": {command: repo.split("/")[-1] for command, repo, _ in DATASETS},
         "images": list(images),
-        "files": {str(p.relative_to(out)): {"sha256": _sha256(p), "bytes": p.stat().st_size} for p in files},
+        "files": {str(p.relative_to(out)): {"sha256": file_sha256(p), "bytes": p.stat().st_size} for p in files},
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
     total = sum(f["bytes"] for f in manifest["files"].values())
@@ -124,7 +125,7 @@ def verify(bundle: Path) -> dict:
         file = bundle / name
         if not file.is_file():
             raise BundleError(f"{file} is missing from the bundle: copy the whole folder again")
-        if file.stat().st_size != entry["bytes"] or _sha256(file) != entry["sha256"]:
+        if file.stat().st_size != entry["bytes"] or file_sha256(file) != entry["sha256"]:
             raise BundleError(f"{file} does not match its checksum in {MANIFEST}: the copy is damaged")
     say(f"{len(manifest['files'])} files match {MANIFEST}")
     return manifest

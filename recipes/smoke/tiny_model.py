@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from recipes.retool.bundle import file_sha256  # streamed sha256, one copy in the kit
+
 # Qwen2/Qwen2.5/Qwen3 pre-tokenizer regex (tokenizer.json "Split" pattern; note the single-digit \p{N}, unlike
 # the \p{N}{1,3} of cl100k/Llama-3).
 QWEN_PAT_STR = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""  # noqa: E501
@@ -175,14 +177,6 @@ def qwen_tiktoken_path() -> Path:
     return path
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
 
@@ -209,13 +203,13 @@ def _is_cached(out_dir: Path, fingerprint_name: str, inputs: dict[str, Any]) -> 
         return False
     for name, digest in record["files"].items():
         path = out_dir / name
-        if not path.is_file() or _sha256(path) != digest:
+        if not path.is_file() or file_sha256(path) != digest:
             return False
     return True
 
 
 def _write_fingerprint(out_dir: Path, fingerprint_name: str, inputs: dict[str, Any], files: list[str]) -> None:
-    record = {"inputs": inputs, "files": {name: _sha256(out_dir / name) for name in sorted(files)}}
+    record = {"inputs": inputs, "files": {name: file_sha256(out_dir / name) for name in sorted(files)}}
     tmp = out_dir / f".{fingerprint_name}.tmp"
     tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, out_dir / fingerprint_name)
@@ -240,7 +234,7 @@ def _tokenizer_inputs(tiktoken_file: Path) -> dict[str, Any]:
     return {
         "kind": "qwen-tokenizer",
         "revision": BUILD_REVISION,
-        "tiktoken_sha256": _sha256(tiktoken_file),
+        "tiktoken_sha256": file_sha256(tiktoken_file),
         "pattern": QWEN_PAT_STR,
         "added_tokens": [list(t) for t in QWEN_ADDED_TOKENS],
         "chat_template_sha256": hashlib.sha256(CHAT_TEMPLATE.encode()).hexdigest(),
