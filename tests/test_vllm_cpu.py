@@ -1,0 +1,97 @@
+"""vLLM's CPU build in the kit's venv: the install facts (npu_kernels/platform/vllm_cpu.py) and the cpu platform's
+rollout facts, checked against the real package where it is installed.
+
+* the ``vllm`` alias wheel is what vLLM's platform detection and verl's version gate read;
+* the requirement list drops exactly what the venv pins itself (torch, triton), nothing else;
+* the engine falls back to the hf rollout with a reason when vllm-cpu is missing;
+* the platform's sleep-mode fact is real: verl's server with vLLM's sleep mode on (verl hard-codes it) is refused by
+  vLLM on CPU, which is why the cpu platform turns it off (a run with it on stops before its first step).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from kit_testing import kit_env, require_vllm, tiny_model_dir, vllm_server
+
+from npu_kernels import pins
+from npu_kernels.platform import CPU, CUDA, NPU, vllm_cpu
+from npu_kernels.platform.base import RL_ROLLOUT_NAME_KEY, RL_VLLM_SLEEP_MODE_KEY
+
+
+def test_alias_wheel_is_a_valid_metadata_only_wheel(tmp_path: Path) -> None:
+    wheel = vllm_cpu.alias_wheel(tmp_path, "0.11.0")
+    assert wheel.name == "vllm-0.11.0+cpu-py3-none-any.whl"
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        assert names == {f"vllm-0.11.0+cpu.dist-info/{n}" for n in ("METADATA", "WHEEL", "RECORD")}, names
+        metadata = archive.read("vllm-0.11.0+cpu.dist-info/METADATA").decode()
+        record = archive.read("vllm-0.11.0+cpu.dist-info/RECORD").decode()
+    assert "Name: vllm\n" in metadata and "Version: 0.11.0+cpu\n" in metadata
+    assert "vllm-0.11.0+cpu.dist-info/METADATA,sha256=" in record  # pip verifies and uninstalls by RECORD
+
+
+def test_the_venv_carries_vllms_cpu_build_under_both_names() -> None:
+    require_vllm()
+    version = pins.get("VLLM_VERSION")
+    assert importlib.metadata.version(pins.get("VLLM_CPU_DIST")) == version
+    assert importlib.metadata.version("vllm") == f"{version}+cpu"  # what vLLM's platform detection looks for
+    engine = CPU.rollout_engine()
+    assert (engine.name, engine.version) == ("vllm", f"{version}+cpu"), engine
+
+
+def test_vllm_detects_its_cpu_platform_and_verl_accepts_the_version() -> None:
+    require_vllm()
+    code = (
+        "from vllm.platforms import current_platform; print(current_platform.device_type); "
+        "import verl.third_party.vllm as v; print(v.vllm_version)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=kit_env(), capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[-2:] == ["cpu", f"{pins.get('VLLM_VERSION')}+cpu"], out.stdout
+
+
+def test_requirements_leave_out_only_what_the_venv_pins() -> None:
+    require_vllm()
+    listed = vllm_cpu.requirements()
+    names = [line.split("[")[0].split("<")[0].split(">")[0].split("=")[0].split("!")[0].strip() for line in listed]
+    assert not [n for n in names if n.lower().startswith(("torch", "triton"))], listed
+    assert "intel_extension_for_pytorch==2.8.0" in listed  # CPU prefill imports IPEX
+    assert "transformers>=4.55.2" in listed  # an ordinary requirement stays
+
+
+def test_engine_falls_back_to_hf_with_a_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_cpu, "installed_version", lambda dist: None)
+    engine = vllm_cpu.engine()
+    assert engine.name == "hf" and engine.version is None
+    assert "hf rollout" in engine.note and ("not installed" in engine.note or "wheel" in engine.note), engine.note
+    monkeypatch.setattr(vllm_cpu.platform, "machine", lambda: "aarch64")
+    assert "no aarch64 wheel" in vllm_cpu.engine().note
+    monkeypatch.setattr(vllm_cpu, "engine", lambda: engine)
+    assert f"{RL_ROLLOUT_NAME_KEY}=hf" in CPU.verl_overrides("rl")
+
+
+def test_sleep_mode_is_off_on_cpu_only() -> None:
+    cpu = CPU.verl_overrides("rl")
+    assert f"{RL_VLLM_SLEEP_MODE_KEY}=False" in cpu and "actor_rollout_ref.rollout.enforce_eager=True" in cpu
+    for platform in (NPU, CUDA):  # vLLM's sleep mode is what frees the device for training there: keep verl's
+        overrides = platform.verl_overrides("rl")
+        assert not [o for o in overrides if "enable_sleep_mode" in o or RL_ROLLOUT_NAME_KEY in o], overrides
+
+
+def test_vllm_refuses_verls_sleep_mode_on_cpu() -> None:
+    """Finding 1 of the engine issue, reproduced on the real server: without the platform's override it stops."""
+    require_vllm()
+    overrides = [
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.rollout.mode=async",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.dtype=float32",
+    ]
+    with pytest.raises(Exception, match="Sleep mode is not supported"), vllm_server(tiny_model_dir(), overrides):
+        pass
