@@ -23,6 +23,7 @@ if str(REPO_ROOT) not in sys.path:  # importlib mode does not put the rootdir on
 
 import npu_kernels.platform as plat  # noqa: E402
 from npu_kernels.platform import PHASES, PROFILE_NAMES, EnvVar, render_shell  # noqa: E402
+from npu_kernels.platform.cpu import CPU_RAY_NUM_CPUS  # noqa: E402
 
 HARDWARE = PROFILE_NAMES
 
@@ -258,7 +259,7 @@ def test_rl_overrides_cpu() -> None:
         "actor_rollout_ref.ref.strategy=fsdp2",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
         "actor_rollout_ref.actor.use_torch_compile=False",
-        "ray_kwargs.ray_init.num_cpus=4",
+        f"ray_kwargs.ray_init.num_cpus={CPU_RAY_NUM_CPUS}",
     ):
         assert expected in overrides
     assert len({o.split("=", 1)[0] for o in overrides}) == len(overrides), "duplicate Hydra keys"
@@ -577,7 +578,7 @@ def test_facts() -> None:
 def test_ray_start_args_and_kernel_backends() -> None:
     assert plat.NPU.ray_start_args(16) == ['--resources={"NPU":16}']
     assert plat.CUDA.ray_start_args(8) == ["--num-gpus=8"]
-    assert plat.CPU.ray_start_args(0) == ["--num-cpus=4"]
+    assert plat.CPU.ray_start_args(0) == [f"--num-cpus={CPU_RAY_NUM_CPUS}"]
     assert plat.NPU.kernel_backends[0] == "npu" and plat.CUDA.kernel_backends[0] == "liger"
     assert all(p.kernel_backends[-1] == "reference" for p in plat.PLATFORMS.values())
 

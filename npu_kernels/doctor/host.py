@@ -133,7 +133,20 @@ def check_platform(ctx: Context) -> list[Result]:
                 )
             )
     results.append(_dist_backend(profile))
+    results.append(_rollout_engine(platform))
     return results
+
+
+def _rollout_engine(platform: Platform) -> Result:
+    """The engine RL rolls out with here (vLLM, or on CPU the hf fallback) and its version."""
+    engine = platform.rollout_engine()
+    summary = f"RL rollout: {engine.label()} ({engine.note})"
+    details = {"engine": engine.name, "version": engine.version}
+    return (
+        warn("platform.rollout", summary, engine.fix, **details)
+        if engine.fix
+        else ok("platform.rollout", summary, **details)
+    )
 
 
 # ------------------------------------------------------------------------------------------------ CANN

@@ -19,6 +19,7 @@ from npu_kernels.platform.base import (
     VERL_DEFAULT_DTYPE,
     PinnedPackage,
     Platform,
+    RolloutEngine,
     dtype_overrides,
 )
 from npu_kernels.platform.cpu import TCMALLOC_SWITCH, find_tcmalloc
@@ -62,6 +63,7 @@ __all__ = [
     "Image",
     "PinnedPackage",
     "Platform",
+    "RolloutEngine",
     "applied",
     "count_davinci",
     "current_platform",

@@ -35,6 +35,12 @@ RL_STRATEGY_KEYS = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.s
 RL_ATTN_KEY = "+actor_rollout_ref.model.override_config.attn_implementation"
 RL_TORCH_COMPILE_KEY = "actor_rollout_ref.actor.use_torch_compile"
 RL_RAY_NUM_CPUS_KEY = "ray_kwargs.ray_init.num_cpus"
+RL_ROLLOUT_NAME_KEY = "actor_rollout_ref.rollout.name"
+RL_ENFORCE_EAGER_KEY = "actor_rollout_ref.rollout.enforce_eager"
+# verl 0.6.1 hard-codes enable_sleep_mode=True in the vLLM server's engine arguments and merges
+# rollout.engine_kwargs.vllm after them (verl/workers/rollout/vllm_rollout/vllm_async_server.py:229, 237); '++': the
+# dict is empty in verl's yaml (verl/trainer/config/rollout/rollout.yaml), add or override.
+RL_VLLM_SLEEP_MODE_KEY = "++actor_rollout_ref.rollout.engine_kwargs.vllm.enable_sleep_mode"
 # Compute dtype. SFT: model.fsdp_config.mixed_precision (patch 0013). RL: the FSDP workers read
 # <role>.fsdp_config.mixed_precision (not in verl's yaml, hence '++': add or override) for FSDP and
 # <role>.fsdp_config.dtype for the forward's autocast (verl/workers/actor/dp_actor.py:86,109); the rollout reads
@@ -83,6 +89,19 @@ def dtype_overrides(phase: str, dtype: str) -> list[str]:
 
 
 @dataclass(frozen=True)
+class RolloutEngine:
+    """The engine verl's RL rollout runs with on a platform: its name (``rollout.name``), version, and why."""
+
+    name: str  # "vllm" or "hf"
+    version: str | None  # the engine's version where it has one (vLLM's distribution version)
+    note: str  # one line: where it comes from, or why the platform falls back
+    fix: str | None = None  # how to get the platform's preferred engine, when this one is a fallback that can be fixed
+
+    def label(self) -> str:
+        return f"{self.name} {self.version}" if self.version else self.name
+
+
+@dataclass(frozen=True)
 class PinnedPackage:
     """A distribution a platform's stack must carry, the pins.env key of its version (None: the image's own), and
     where a correct one comes from: ``image`` (the base image), ``venv`` (scripts/test.sh)."""
@@ -126,6 +145,11 @@ class Platform(ABC):
     forbidden_packages: ClassVar[tuple[str, ...]] = ()
     #: The process environment per phase (:mod:`npu_kernels.platform.env`).
     env_table: ClassVar[EnvTable] = ()
+    #: vLLM's sleep mode works here (verl turns it on unconditionally; vLLM 0.11.0 allows it on CUDA only,
+    #: vllm/platforms/interface.py:172-173, and vllm-ascend on NPU). False: the RL overrides turn it off.
+    vllm_sleep_mode: ClassVar[bool] = True
+    #: vLLM must run eager here (no graph capture): emitted as ``rollout.enforce_eager``; None leaves the recipe's.
+    vllm_enforce_eager: ClassVar[bool | None] = None
 
     # -- probes
 
@@ -149,6 +173,17 @@ class Platform(ABC):
     def status_note(self) -> str:
         """One line on what the device stack says about itself, for reports (doctor, detect)."""
         return ""
+
+    def rollout_engine(self) -> RolloutEngine:
+        """The RL rollout engine: by default the recipes' (vLLM, from the platform's image), as installed here."""
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            installed: str | None = version("vllm")
+        except PackageNotFoundError:
+            installed = None
+        where = "installed" if installed else "not installed here: it comes with the platform's image"
+        return RolloutEngine("vllm", installed, f"verl's vLLM async server ({where})")
 
     # -- what verl needs
 
@@ -174,7 +209,15 @@ class Platform(ABC):
         overrides.append(f"{RL_TORCH_COMPILE_KEY}={self.use_torch_compile}")
         if self.ray_num_cpus is not None:
             overrides.append(f"{RL_RAY_NUM_CPUS_KEY}={self.ray_num_cpus}")
-        return overrides + self.dtype_overrides(phase)
+        return overrides + self.rollout_overrides() + self.dtype_overrides(phase)
+
+    def rollout_overrides(self) -> list[str]:
+        """What verl's vLLM rollout needs on this platform: sleep mode off where vLLM refuses it, eager where graphs
+        cannot run. Subclasses that choose the engine themselves add ``rollout.name``."""
+        overrides = [] if self.vllm_sleep_mode else [f"{RL_VLLM_SLEEP_MODE_KEY}=False"]
+        if self.vllm_enforce_eager is not None:
+            overrides.append(f"{RL_ENFORCE_EAGER_KEY}={self.vllm_enforce_eager}")
+        return overrides
 
     def dtype_overrides(self, phase: str) -> list[str]:
         """The overrides that make every role compute in :attr:`compute_dtype`; none at verl's default (bf16)."""
@@ -222,6 +265,7 @@ class Platform(ABC):
             "attn_implementation": self.attn_implementation,
             "use_torch_compile": self.use_torch_compile,
             "compute_dtype": self.compute_dtype,
+            "rollout_engine": self.rollout_engine().label(),
             "available": self.is_available(),
             "device_count": self.device_count(dev_root),
         }

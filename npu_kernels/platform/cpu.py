@@ -12,12 +12,19 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
-from npu_kernels.platform.base import HYDRA_FULL_ERROR, PinnedPackage, Platform
-from npu_kernels.platform.env import BOTH, EnvTable, EnvVar, select
+from npu_kernels.platform import vllm_cpu
+from npu_kernels.platform.base import HYDRA_FULL_ERROR, RL_ROLLOUT_NAME_KEY, PinnedPackage, Platform, RolloutEngine
+from npu_kernels.platform.env import BOTH, RL, EnvTable, EnvVar, select
 
-#: Ray's CPU count is only a scheduling label: on CPU the FSDP workers, the TaskRunner and each agent-loop worker all
-#: ask for one CPU, so a 2-core box must advertise more than it has or the job waits forever.
-CPU_RAY_NUM_CPUS = 4
+#: Ray's CPU count is only a scheduling label: on CPU each FSDP worker's bundle, the TaskRunner and each vLLM server
+#: actor hold one CPU (agent-loop and reward-manager workers hold none), so a 2-core box must advertise more than it
+#: has or the job waits forever. The smoke layout needs 5 (2 workers + TaskRunner + 2 vLLM servers); the dry run
+#: counts a plan's demand against this (recipes/launch/ray_cpus.py).
+CPU_RAY_NUM_CPUS = 8
+#: GiB of KV cache per vLLM server when the user sets none (vLLM's own default is 4 GiB per server,
+#: vllm/platforms/cpu.py:114-123; 1 GiB held the smoke's tiny model: shared/notes). Raise it for real models.
+VLLM_KVCACHE_GIB = "1"
+VLLM_KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
 
 #: Where Debian/Ubuntu (libtcmalloc-minimal4) and RHEL-likes (gperftools-libs) put tcmalloc.
 TCMALLOC_CANDIDATES: tuple[str, ...] = (
@@ -45,8 +52,8 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "TORCH_DEVICE_BACKEND_AUTOLOAD",
             "0",
-            "`import torch` loads every installed device extension and raises if one fails (torch 2.13 "
-            "torch/__init__.py:3017-3037: 'disable ... with TORCH_DEVICE_BACKEND_AUTOLOAD=0'), e.g. torch_npu w/o CANN",
+            "`import torch` loads every installed device extension and raises if one fails (torch 2.8 "
+            "torch/__init__.py:2805-2845: 'disable ... with TORCH_DEVICE_BACKEND_AUTOLOAD=0'), e.g. torch_npu w/o CANN",
         ),
     ),
     (
@@ -55,7 +62,7 @@ ENV_TABLE: EnvTable = (
             "OMP_NUM_THREADS",
             "1",
             "one thread per rank process, torchrun's own default for nproc_per_node > 1 (torch/distributed/"
-            "run.py:872-884, torch 2.13); set here for the Ray workers too, which get no such default",
+            "run.py:772-784, torch 2.8); set here for the Ray workers too, which get no such default",
         ),
     ),
     (
@@ -76,6 +83,18 @@ ENV_TABLE: EnvTable = (
             "logits (scripts/bench_cpu_step.py, variant fp32-glibc-no-thp)",
         ),
     ),
+    (
+        RL,
+        EnvVar(
+            "VLLM_CPU_OMP_THREADS_BIND",
+            "auto",
+            "threads per vLLM server: vLLM's default, explicit. Its CPU worker runs inside each trainer rank "
+            "(verl vllm_rollout_spmd.py:581-597) and 'auto' gives that process one OpenMP thread per core of NUMA "
+            "node 0 (vllm/v1/worker/cpu_worker.py:38-66). An explicit list cannot work with 2+ ranks: vLLM slices it "
+            "to the local DP group, then indexes it by global rank (:54-61, IndexError on rank 1), and back to 1 "
+            "thread IPEX's decode kernel fails ('Sliding window unsupported'); measured: scripts/bench_cpu_step.py",
+        ),
+    ),
 )
 
 
@@ -94,6 +113,11 @@ class CpuPlatform(Platform):
     compute_dtype = "fp32"
     pinned_stack = (PinnedPackage("torch", "CPU_TORCH_VERSION", "venv"),)
     env_table = ENV_TABLE
+    # "Sleep mode is not supported on current platform" (vllm/config/model.py:433-435); on CPU verl's sleep/wake_up
+    # only log a warning (vllm/v1/worker/cpu_worker.py:83-89), so the KV cache and vLLM's weights stay in memory.
+    vllm_sleep_mode = False
+    # vLLM's CPU backend captures no graphs; verl's default is enforce_eager=False (rollout.yaml:38).
+    vllm_enforce_eager = True
 
     def is_available(self) -> bool:
         return True
@@ -104,9 +128,31 @@ class CpuPlatform(Platform):
     def ray_start_args(self, count: int) -> list[str]:
         return [f"--num-cpus={self.ray_num_cpus}"]
 
+    def rollout_engine(self) -> RolloutEngine:
+        """vLLM's CPU build where the venv has it (x86_64), else the kit's hf rollout (:mod:`.vllm_cpu`)."""
+        return vllm_cpu.engine()
+
+    def rollout_overrides(self) -> list[str]:
+        """The engine by name (the recipes name vllm; hf where vllm-cpu is missing), then vLLM's CPU limits."""
+        return [f"{RL_ROLLOUT_NAME_KEY}={self.rollout_engine().name}", *super().rollout_overrides()]
+
     def env(self, phase: str, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
-        """The table, then this machine's allocator (:meth:`allocator`): the result can differ between machines."""
-        return select(self.env_table, phase) + self.allocator(os.environ if environ is None else environ)
+        """The table, then the KV cache (RL) and this machine's allocator: the result can differ between machines."""
+        environ = os.environ if environ is None else environ
+        kv = [self.kv_cache_space(environ)] if phase == "rl" else []
+        return select(self.env_table, phase) + kv + self.allocator(environ)
+
+    @staticmethod
+    def kv_cache_space(environ: Mapping[str, str]) -> EnvVar:
+        """VLLM_CPU_KVCACHE_SPACE: the user's value when set, else the kit's small default (the smoke's model)."""
+        given = environ.get(VLLM_KVCACHE_ENV, "").strip()
+        if given:
+            return EnvVar(VLLM_KVCACHE_ENV, given, "GiB of KV cache per vLLM server: set by the user, kept")
+        reason = (
+            "GiB of KV cache per vLLM server, allocated up front (vLLM's default, 4 GiB per server: vllm/platforms/"
+            "cpu.py:114-123); 1 GiB holds the smoke's tiny model many times over. Export a larger value for real models"
+        )
+        return EnvVar(VLLM_KVCACHE_ENV, VLLM_KVCACHE_GIB, reason)
 
     @staticmethod
     def allocator(environ: Mapping[str, str]) -> list[EnvVar]:

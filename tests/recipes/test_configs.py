@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from npu_kernels.platform import CPU, PROFILES, current_platform
 from npu_kernels.platform import PROFILE_NAMES as HARDWARE
-from npu_kernels.platform import PROFILES, current_platform
+from npu_kernels.platform.cpu import CPU_RAY_NUM_CPUS
 from recipes.launch import catalog, cli, plan, report
 from recipes.launch.catalog import CONFIG_DIR, RECIPES
 from recipes.retool import REWARD_PATH, TOOL_CONFIG_PATH
@@ -173,10 +174,10 @@ def test_cpu_profile_is_the_tiny_smoke(plans: dict[tuple[str, str], plan.Plan]) 
             assert "--nproc_per_node=2" in built.argv and "--standalone" in built.argv
         else:
             arr = cfg.actor_rollout_ref
-            assert (arr.rollout.name, arr.rollout.mode) == ("hf", "async")
+            assert (arr.rollout.name, arr.rollout.mode) == (CPU.rollout_engine().name, "async")
             assert arr.rollout.multi_turn.enable and arr.rollout.agent.default_agent_loop == "tool_agent"
             assert arr.actor.strategy == "fsdp2" and arr.model.override_config.attn_implementation == "sdpa"
-            assert cfg.ray_kwargs.ray_init.num_cpus == 4 and not arr.actor.use_torch_compile
+            assert cfg.ray_kwargs.ray_init.num_cpus == CPU_RAY_NUM_CPUS and not arr.actor.use_torch_compile
             model = str(cfg.actor_rollout_ref.model.path)
             assert model == f"{FAKE_HOME}/checkpoints/retool/{RECIPES[name].sft_recipe}_cpu/hf_merged"
 
