@@ -19,7 +19,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from npu_kernels.platform import PROFILES, current_platform
-from recipes.launch import budget, checks, cluster, compose, inputs, memory, paths, trace
+from recipes.launch import budget, checks, cluster, compose, inputs, memory, paths, ray_cpus, trace
 from recipes.launch import parity as parity_settings
 from recipes.launch.catalog import CONFIG_DIR, Recipe
 from recipes.launch.compose import ConfigError
@@ -229,7 +229,10 @@ def _validate(plan: Plan) -> None:
     model = OmegaConf.select(cfg, inputs.model_key(plan.recipe))
     heads = checks.model_heads(model, plan.recipe.model)
     try:
-        found = checks.check_rl(cfg, heads) if plan.recipe.phase == "rl" else checks.check_sft(cfg, heads)
+        if plan.recipe.phase == "rl":
+            found = checks.check_rl(cfg, heads) + ray_cpus.problems(cfg)
+        else:
+            found = checks.check_sft(cfg, heads)
     except Exception as exc:  # noqa: BLE001  (a value of the wrong type: report it, do not crash the planner)
         found = [f"kit checks could not run: {type(exc).__name__}: {exc}"]
     plan.errors += found

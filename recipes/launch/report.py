@@ -11,10 +11,10 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from npu_kernels.platform import PROFILES
-from recipes.launch import budget, inputs, memory, parity, trace
+from npu_kernels.platform import PROFILES, current_platform
+from recipes.launch import budget, inputs, memory, parity, ray_cpus, trace
 from recipes.launch.plan import Plan
 
 
@@ -153,6 +153,22 @@ def _sft_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
     ]
 
 
+def _engine(plan: Plan, name: str) -> str:
+    """The rollout's name, with its installed version when the plan is for this machine's platform."""
+    platform = PROFILES[plan.hw].platform
+    if platform is not current_platform():
+        return str(name)
+    engine = platform.rollout_engine()
+    return engine.label() if engine.name == name and engine.version else str(name)
+
+
+def _ray_cpus_row(cfg: DictConfig) -> str:
+    need = ray_cpus.demand(cfg)
+    available = OmegaConf.select(cfg, ray_cpus.NUM_CPUS_KEY)
+    of = f"ray_init.num_cpus {available}" if available is not None else "the host's cores (Ray counts them)"
+    return f"{need.total} held at once ({need.describe()}) of {of}"
+
+
 def _rl_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
     arr = cfg.actor_rollout_ref
     world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
@@ -179,10 +195,11 @@ def _rl_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
         ),
         (
             "rollout",
-            f"{arr.rollout.name} {arr.rollout.mode}, TP {tp} -> {max(1, world // tp)} replica(s), "
+            f"{_engine(plan, arr.rollout.name)} {arr.rollout.mode}, TP {tp} -> {max(1, world // tp)} replica(s), "
             f"gpu_memory_utilization {arr.rollout.gpu_memory_utilization}, "
             f"{_flag(arr.rollout.enforce_eager, 'eager', 'graphs')}, {arr.rollout.agent.num_workers} agent workers",
         ),
+        ("ray cpus", _ray_cpus_row(cfg)),
         (
             "batch",
             f"{batch} prompts x {n} samples = {batch * n} trajectories/step; mini-batch {mini} "

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, free_port
 
+from npu_kernels.platform.cpu import CPU_RAY_NUM_CPUS
 from recipes.launch import cluster, node_sandbox, nodenet, plan, ray_node
 from recipes.launch.catalog import RECIPES
 
@@ -87,7 +88,12 @@ def _start(request: ray_node.NodeRequest, environ: dict[str, str], probes: noden
 def test_worker_joins_over_the_nic_that_routes_to_the_head(capsys: pytest.CaptureFixture[str]) -> None:
     request = ray_node.NodeRequest("worker", "cpu", address="10.0.0.1")
     command, env = _start(request, {"PATH": "/usr/bin", "GLOO_SOCKET_IFNAME": "eth9"}, fake_probes())
-    assert command[1:] == ["start", "--address=10.0.0.1:6379", "--node-ip-address=10.0.0.2", "--num-cpus=4"]
+    assert command[1:] == [
+        "start",
+        "--address=10.0.0.1:6379",
+        "--node-ip-address=10.0.0.2",
+        f"--num-cpus={CPU_RAY_NUM_CPUS}",
+    ]
     assert env["TP_SOCKET_IFNAME"] == "bond0" and env["GLOO_SOCKET_IFNAME"] == "eth9"  # the user's is kept
     assert env["OMP_NUM_THREADS"] == "1"  # the profile's RL environment reaches the raylet
     assert env["PYTHONPATH"].split(":")[0] == str(REPO_ROOT)
@@ -106,7 +112,7 @@ def test_head_dashboard_stays_local_and_next_steps_are_printed(capsys: pytest.Ca
         "--port=6390",
         "--node-ip-address=192.168.1.7",
         "--dashboard-host=127.0.0.1",
-        "--num-cpus=4",
+        f"--num-cpus={CPU_RAY_NUM_CPUS}",
     ]
     assert env["GLOO_SOCKET_IFNAME"] == "eno1"
     out = capsys.readouterr().out

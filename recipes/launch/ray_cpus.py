@@ -1,0 +1,86 @@
+"""Ray CPUs an RL plan holds at once, against the ``ray_init.num_cpus`` verl starts its local Ray with.
+
+Why: Ray's CPU count is a scheduling label, and an actor that asks for a CPU no node has left is never scheduled —
+verl then waits forever without a word (a 2-worker, 2-replica vLLM run with ``num_cpus=4`` hung until killed). What
+holds a CPU in verl 0.6.1, read from its code:
+
+* one placement-group bundle ``{"CPU": 1, <device>: 1}`` per trainer rank (``single_controller/ray/base.py:122``,
+  ``max_colocate_count=1``; on CPU the bundle is ``{"CPU": 1}``: patch 0003);
+* the TaskRunner (``trainer/main_ppo.py:77``, ``num_cpus=1``);
+* each vLLM / SGLang server actor of the async rollout (``vllm_async_server.py:446``,
+  ``async_sglang_server.py:50``, ``num_cpus=1``): one per replica, one per node of a replica when it is data
+  parallel (``vLLMReplica.launch_servers``); the kit's ``hf`` replica serves from the trainer workers themselves;
+* the asynchronous reward task when ``reward_model.launch_reward_fn_async`` is on (``trainer/ppo/reward.py:191``).
+
+Agent-loop and reward-manager workers are plain ``@ray.remote`` actors: they hold no CPU once running (checked on
+Ray 2.48: such an actor starts while every CPU is taken by placement groups), so they are not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import DictConfig, OmegaConf
+
+from recipes.launch.checks import world_size
+
+#: Rollout engines whose async mode starts server actors of their own.
+SERVER_ENGINES = ("vllm", "sglang")
+NUM_CPUS_KEY = "ray_kwargs.ray_init.num_cpus"
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What holds Ray CPUs during the run, as (what, count) rows."""
+
+    rows: tuple[tuple[str, int], ...]
+
+    @property
+    def total(self) -> int:
+        return sum(count for _, count in self.rows)
+
+    def describe(self) -> str:
+        return " + ".join(f"{count} {what}" for what, count in self.rows if count)
+
+
+def rollout_servers(cfg: DictConfig) -> int:
+    """Server actors of the async rollout: replicas x (nodes per replica when data parallel, else 1)."""
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.mode != "async" or rollout.name not in SERVER_ENGINES:
+        return 0
+    dp = int(rollout.get("data_parallel_size", 1) or 1)
+    pp = int(rollout.get("pipeline_model_parallel_size", 1) or 1)
+    replica_size = int(rollout.tensor_model_parallel_size) * dp * pp
+    replicas = world_size(cfg) // replica_size
+    per_node = min(int(cfg.trainer.n_gpus_per_node), replica_size)
+    nodes_per_replica = replica_size // per_node if dp > 1 else 1
+    return replicas * nodes_per_replica
+
+
+def demand(cfg: DictConfig) -> Demand:
+    rows = [
+        ("trainer worker bundles", world_size(cfg)),
+        ("TaskRunner", 1),
+        (f"{cfg.actor_rollout_ref.rollout.name} server actors", rollout_servers(cfg)),
+    ]
+    if OmegaConf.select(cfg, "reward_model.launch_reward_fn_async"):
+        rows.append(("async reward task", 1))
+    return Demand(tuple(rows))
+
+
+def problems(cfg: DictConfig) -> list[str]:
+    """A single-node plan whose Ray CPU demand exceeds the ``num_cpus`` verl starts Ray with: it would wait forever.
+
+    Multi-node runs join a running cluster (``scripts/ray_cluster.sh``), where the nodes' own counts decide; a null
+    ``num_cpus`` lets Ray count the host's cores, which an accelerator node has plenty of."""
+    available = OmegaConf.select(cfg, NUM_CPUS_KEY)
+    if available is None or int(cfg.trainer.nnodes) > 1:
+        return []
+    need = demand(cfg)
+    if need.total <= int(available):
+        return []
+    return [
+        f"{NUM_CPUS_KEY}={available} but the run holds {need.total} Ray CPUs at once ({need.describe()}): Ray would "
+        f"never schedule the rest and verl would wait forever; set {NUM_CPUS_KEY}={need.total} or more (a label, not "
+        "cores), or fewer trainer ranks or rollout replicas"
+    ]
