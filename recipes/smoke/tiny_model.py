@@ -336,12 +336,16 @@ def build_qwen_tokenizer(out_dir: Path) -> Path:
         return _build_tokenizer_locked(out_dir, tiktoken_file)
 
 
-def tiny_qwen_config_kwargs(arch: str = "qwen3", hidden_size: int = 64, num_layers: int = 2) -> dict[str, Any]:
+def tiny_qwen_config_kwargs(
+    arch: str = "qwen3", hidden_size: int = 64, num_layers: int = 2, init_range: float = 0.02
+) -> dict[str, Any]:
     """Keyword arguments of the tiny Qwen3Config/Qwen2Config: real vocabulary width and special ids, toy size.
 
     Heads stay at 4 (2 KV heads, so GQA paths are exercised) and head_dim = hidden_size / 4, i.e. 16 at the default
     64; pass hidden_size=128 for head_dim 32 where an attention kernel rejects 16. Plain data, so the cache check
-    can fingerprint it without importing transformers.
+    can fingerprint it without importing transformers. ``init_range`` is the weights' std: at transformers' 0.02
+    the model's next-token distribution is near-uniform (entropy ~ln 151,936) and barely moves when weights do; a
+    test that must see weights move (the rollout's weight sync) uses a larger one.
     """
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
@@ -356,7 +360,7 @@ def tiny_qwen_config_kwargs(arch: str = "qwen3", hidden_size: int = 64, num_laye
         num_key_value_heads=NUM_KV_HEADS,
         hidden_act="silu",
         max_position_embeddings=4096,
-        initializer_range=0.02,
+        initializer_range=init_range,
         rms_norm_eps=1e-6,
         use_cache=True,
         tie_word_embeddings=False,
@@ -373,16 +377,21 @@ def tiny_qwen_config_kwargs(arch: str = "qwen3", hidden_size: int = 64, num_laye
     return common
 
 
-def tiny_qwen_config(arch: str = "qwen3", hidden_size: int = 64, num_layers: int = 2):  # -> PretrainedConfig
+def tiny_qwen_config(arch: str = "qwen3", hidden_size: int = 64, num_layers: int = 2, init_range: float = 0.02):
     """The tiny ``Qwen3Config`` (or ``Qwen2Config``) described by :func:`tiny_qwen_config_kwargs`."""
     from transformers import Qwen2Config, Qwen3Config
 
-    kwargs = tiny_qwen_config_kwargs(arch, hidden_size, num_layers)
+    kwargs = tiny_qwen_config_kwargs(arch, hidden_size, num_layers, init_range)
     return Qwen3Config(**kwargs) if arch == "qwen3" else Qwen2Config(**kwargs)
 
 
 def build_tiny_qwen(
-    out_dir: Path, arch: str = "qwen3", hidden_size: int = 64, num_layers: int = 2, seed: int = 0
+    out_dir: Path,
+    arch: str = "qwen3",
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    seed: int = 0,
+    init_range: float = 0.02,
 ) -> Path:
     """Write a random-weight tiny Qwen3 (or Qwen2) causal LM plus the real Qwen tokenizer into ``out_dir``.
 
@@ -394,7 +403,7 @@ def build_tiny_qwen(
     weights. Cached like :func:`build_qwen_tokenizer`. Returns ``out_dir``.
     """
     out_dir = Path(out_dir)
-    config_kwargs = tiny_qwen_config_kwargs(arch, hidden_size, num_layers)
+    config_kwargs = tiny_qwen_config_kwargs(arch, hidden_size, num_layers, init_range)
     tiktoken_file = qwen_tiktoken_path()
     with _locked(out_dir):
         _build_tokenizer_locked(out_dir, tiktoken_file)
@@ -418,7 +427,7 @@ def build_tiny_qwen(
         import torch
         from transformers import AutoModelForCausalLM, GenerationConfig
 
-        config = tiny_qwen_config(arch, hidden_size, num_layers)
+        config = tiny_qwen_config(arch, hidden_size, num_layers, init_range)
 
         t0 = time.perf_counter()
         _log(f"model: initialising random {arch} (hidden {hidden_size}, {num_layers} layers, seed {seed}) ...")
@@ -454,6 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden-size", type=int, default=64, help="hidden size; head_dim = hidden/4 (default: 64)")
     parser.add_argument("--num-layers", type=int, default=2, help="decoder layers (default: 2)")
     parser.add_argument("--seed", type=int, default=0, help="weight-init seed (default: 0)")
+    parser.add_argument("--init-range", type=float, default=0.02, help="weight-init std (default: 0.02)")
     parser.add_argument("--tokenizer-only", action="store_true", help="write only the tokenizer")
     args = parser.parse_args(argv)
 
@@ -461,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.tokenizer_only:
         path = build_qwen_tokenizer(args.out)
     else:
-        path = build_tiny_qwen(args.out, args.arch, args.hidden_size, args.num_layers, args.seed)
+        path = build_tiny_qwen(args.out, args.arch, args.hidden_size, args.num_layers, args.seed, args.init_range)
     _log(f"done in {time.perf_counter() - t0:.1f}s")
     print(path.resolve())
     return 0

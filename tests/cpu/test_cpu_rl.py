@@ -1,11 +1,17 @@
-"""End to end on CPU: ``python -m verl.trainer.main_ppo`` GRPO with the ``hf`` rollout, sync and async.
+"""End to end on CPU: ``python -m verl.trainer.main_ppo`` GRPO, sync with the ``hf`` rollout and async through
+verl's vLLM async server (vLLM's CPU build), the engine NPU and GPU runs use.
 
 (a) sync: ``rollout.name=hf rollout.mode=sync``, 2 FSDP2 worker processes (``trainer.n_gpus_per_node=2`` counts
     processes on CPU), KL loss (so a ref model is built), 2 steps and a checkpoint; then a second run resumes from
-    it (``trainer.resume_mode=auto``) and does step 3.
+    it (``trainer.resume_mode=auto``) and does step 3. The hf rollout stays the fallback where vLLM cannot install.
 (b) async: ``rollout.mode=async`` with the agent loop (``tool_agent``, hermes format, a native tool), remove-padding
-    and rollout log-probs, 2 steps. A random tiny model never emits a tool call, so tool execution itself is not
-    exercised here (only the ToolAgentLoop prompt/response path with tools in the prompt).
+    and rollout log-probs, 2 steps, the rollout engine the cpu platform picks (vLLM; 2 replicas, one per rank). A
+    random tiny model never emits a tool call, so tool execution itself is not exercised here (only the
+    ToolAgentLoop prompt/response path with tools in the prompt; the smoke run executes real calls).
+(c) weight sync, proven: run (b) again with the sync broken by a test-only switch (``kit_sabotage``: only the
+    first weight update reaches vLLM) and compare ``training/rollout_probs_diff_mean`` at step 2 (vLLM's log-probs
+    of its samples against the actor's recomputation). The model is the tiny Qwen3 with a 0.3 init range, whose
+    outputs move when its weights do; on the default near-uniform one both cases measure ~1e-6.
 
 Metrics are read from the console logger's ``step:N - key:value - ...`` lines. Needs the patched verl (Ray CPU
 bundles, gloo, no ref offload on CPU, the torch.cpu wrapper, the gloo-safe all-gather, CPU pad/unpad, the hf rollout).
@@ -21,7 +27,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kit_testing import kit_env, step_metrics, tiny_model_dir
+from kit_testing import REPO_ROOT, kit_env, step_metrics, tiny_model_dir
 from omegaconf import OmegaConf
 
 from npu_kernels.platform import CPU
@@ -114,7 +120,6 @@ def _common_overrides(assets: dict[str, Path], ckpt: Path) -> list[str]:
         "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
         "actor_rollout_ref.actor.optim.lr=1e-3",
-        "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.n=4",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
@@ -132,9 +137,9 @@ def _common_overrides(assets: dict[str, Path], ckpt: Path) -> list[str]:
     ]
 
 
-def _run_ppo(overrides: list[str], log: Path, pythonpath: Path, timeout: float = 300) -> float:
-    env = kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1")
-    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(pythonpath)])
+def _run_ppo(overrides: list[str], log: Path, pythonpath: Path, timeout: float = 420, **env_extra: str) -> float:
+    env = kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", **env_extra)
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(pythonpath), str(SABOTAGE_DIR)])
     t0 = time.perf_counter()
     with open(log, "w") as f:
         proc = subprocess.run(
@@ -176,6 +181,7 @@ def test_sync_grpo_checkpoint_and_resume(assets: dict[str, Path], tmp_path: Path
         *_common_overrides(assets, ckpt),
         "data.max_prompt_length=64",
         "data.max_response_length=32",
+        "actor_rollout_ref.rollout.name=hf",
         "actor_rollout_ref.rollout.mode=sync",
         "actor_rollout_ref.actor.use_kl_loss=True",
         "actor_rollout_ref.actor.kl_loss_coef=0.001",
@@ -206,9 +212,35 @@ def test_sync_grpo_checkpoint_and_resume(assets: dict[str, Path], tmp_path: Path
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
 
 
-def test_async_tool_agent_loop(assets: dict[str, Path], tmp_path: Path) -> None:
+SABOTAGE_DIR = REPO_ROOT / "tests" / "sabotage"  # test-only switches that break what a check guards
+SHARP_INIT_RANGE = 0.3  # outputs that move when weights move (near-uniform at transformers' 0.02)
+SYNC_SEPARATION = 10  # the sync check's measure must separate synced from stale by at least this factor
+
+
+@pytest.fixture(scope="module")
+def async_runs(assets: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """Run (b) as shipped and run (c) with the weight sync broken; {name: {"steps", "dir", "wall"}}."""
+    from recipes.smoke.tiny_model import build_tiny_qwen
+
+    model = build_tiny_qwen(REPO_ROOT / "build" / "tiny-qwen3-sharp", init_range=SHARP_INIT_RANGE)
+    runs = {}
+    for name, env in (
+        ("shipped", {}),
+        ("stale", {"VERL_USE_EXTERNAL_MODULES": "kit_sabotage", "KIT_TEST_WEIGHT_SYNC": "first-only"}),
+    ):
+        run_dir = tmp_path_factory.mktemp(f"async-{name}")
+        overrides = _async_overrides(assets, run_dir / "ckpt", model, traced=name == "shipped")
+        wall = _run_ppo(overrides, run_dir / "async.log", assets["pythonpath"], **env)
+        runs[name] = {"steps": _check_steps(run_dir / "async.log", [1, 2]), "dir": run_dir, "wall": wall}
+        print(f"\n[cpu-rl] async run ({name}): wall {wall:.1f}s; {_timing(runs[name]['steps'])}")
+    return runs
+
+
+def _async_overrides(assets: dict[str, Path], ckpt: Path, model: Path, *, traced: bool) -> list[str]:
     overrides = [
-        *_common_overrides(assets, tmp_path / "ckpt"),
+        *_common_overrides(assets, ckpt),
+        f"actor_rollout_ref.model.path={model}",
+        "actor_rollout_ref.actor.optim.lr=1e-2",  # one update must move the sharp model's outputs measurably
         # the tool schema in the system prompt makes the prompt ~190 tokens with the Qwen tokenizer
         "data.max_prompt_length=256",
         "data.max_response_length=32",
@@ -226,20 +258,36 @@ def test_async_tool_agent_loop(assets: dict[str, Path], tmp_path: Path) -> None:
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={assets['tools']}",
         "trainer.save_freq=-1",
         "trainer.total_training_steps=2",
-        # rollout traces to mlflow's file store, with the environment the launcher gives the Ray job
-        f"{trace.BACKEND_KEY}=mlflow",
-        "actor_rollout_ref.rollout.trace.token2text=True",
     ]
-    traced = OmegaConf.create({"actor_rollout_ref": {"rollout": {"trace": {"backend": "mlflow"}}}})
-    job_env = trace.job_env(traced, str(tmp_path / "ckpt"), {})
-    overrides += [f"++ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in job_env.items()]
-    wall = _run_ppo(overrides, tmp_path / "async.log", assets["pythonpath"])
-    steps = _check_steps(tmp_path / "async.log", [1, 2])
-    traces, _ = trace.rollout_traces(tmp_path / "ckpt" / "mlruns")
+    if not traced:
+        return overrides
+    # rollout traces to mlflow's file store, with the environment the launcher gives the Ray job
+    overrides += [f"{trace.BACKEND_KEY}=mlflow", "actor_rollout_ref.rollout.trace.token2text=True"]
+    traced_cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"trace": {"backend": "mlflow"}}}})
+    job_env = trace.job_env(traced_cfg, str(ckpt), {})
+    return overrides + [f"++ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in job_env.items()]
+
+
+def test_async_tool_agent_loop(async_runs: dict[str, dict]) -> None:
+    run = async_runs["shipped"]
+    text = (run["dir"] / "async.log").read_text()
+    engine = CPU.rollout_engine()
+    if engine.name == "vllm":  # the platform's engine is what ran: verl's vLLM async server
+        assert "vLLMHttpServer" in text, "rollout.name=vllm but no vLLM server actor ran"
+    traces, _ = trace.rollout_traces(run["dir"] / "ckpt" / "mlruns")
     # 2 steps x 8 trajectories (train_batch_size 2 x n 4), each one agent_loop trace written by the Ray worker
-    assert traces >= 16, f"{traces} rollout traces in {tmp_path / 'ckpt' / 'mlruns'}"
-    for metrics in steps.values():
+    assert traces >= 16, f"{traces} rollout traces in {run['dir'] / 'ckpt' / 'mlruns'}"
+    for metrics in run["steps"].values():
         assert metrics["num_turns/min"] >= 2, metrics["num_turns/min"]
-        # rollout log-probs (HF generate, fp32) agree with the trainer's recomputation: weights were synced
-        assert metrics["training/rollout_probs_diff_mean"] < 1e-2, metrics["training/rollout_probs_diff_mean"]
-    print(f"\n[cpu-rl] async run: wall {wall:.1f}s; {_timing(steps)}")
+
+
+def test_weight_sync_reaches_the_rollout(async_runs: dict[str, dict]) -> None:
+    """The rollout samples from the actor's current weights: broken sync is >= 10x further off at step 2."""
+    key = "training/rollout_probs_diff_mean"
+    synced, stale = (async_runs[name]["steps"][2][key] for name in ("shipped", "stale"))
+    ratio = stale / max(synced, 1e-30)
+    print(f"\n[cpu-rl] {key} at step 2: synced {synced:.3g}, sync broken {stale:.3g} ({ratio:.0f}x)")
+    assert stale >= SYNC_SEPARATION * synced, (
+        f"{key} at step 2: {synced:.3g} with the weight sync, {stale:.3g} with it broken: the measure does not "
+        f"separate them by {SYNC_SEPARATION}x, so it cannot tell whether weights reach the rollout"
+    )

@@ -61,7 +61,9 @@ def test_fsdp_worker_process_group_patched() -> None:
 
 
 def test_sft_process_group_unpatched_fails(unpatched_verl) -> None:
-    unpatched_verl.expect_failure(__file__, "check_sft_process_group", match="Distributed package doesn't have NCCL")
+    # torch's CPU build has no NCCL at all; its CUDA build (PyPI's, the venv's fallback) has it but no GPU
+    nccl = ("Distributed package doesn't have NCCL", "ProcessGroupNCCL is only supported with GPUs, no GPUs found")
+    unpatched_verl.expect_failure(__file__, "check_sft_process_group", match=nccl)
 
 
 def test_fsdp_worker_process_group_unpatched_fails(unpatched_verl) -> None:
