@@ -21,6 +21,8 @@ tells it apart (``runA``, ``runB``), never merged into one curve.
 * ``response_length`` — ``response_length/mean`` (and ``/max``);
 * ``turns`` — ``num_turns/mean`` (training and validation) and tool rounds per response
   (``val-aux/<source>/tool_rounds/mean@k``, logged by the kit's reward);
+* ``tool_use`` — the share of validation responses that called the tool (``val-aux/<source>/used_tool/mean@k``,
+  logged by the kit's reward: the learning check's tool-call rate);
 * ``entropy`` — ``actor/entropy``;
 * ``step_time`` — ``timing_s/step`` (and generation time, ``timing_s/gen``);
 * ``sft_loss`` — ``train/loss`` and ``val/loss`` of an SFT run.
@@ -63,6 +65,7 @@ PANELS: tuple[Panel, ...] = (
         "count",
         ("num_turns/mean", "val-aux/num_turns/mean", "val-aux/*/tool_rounds/mean@*"),
     ),
+    Panel("tool_use", "Responses that called the tool (validation)", "share", ("val-aux/*/used_tool/mean@*",)),
     Panel("entropy", "Policy entropy", "nats/token", ("actor/entropy",)),
     Panel("step_time", "Step time", "seconds", ("timing_s/step", "timing_s/gen")),
     Panel("sft_loss", "SFT loss", "loss", ("train/loss", "val/loss")),

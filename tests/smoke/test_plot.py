@@ -24,6 +24,7 @@ def _write_run(logdir: Path, scale: float = 1.0) -> None:
         writer.add_scalar("val-aux/aime_2025/acc_strict/mean@2", 0.05 * step * scale, step)
         writer.add_scalar("val-core/smoke_val/acc/mean@2", 0.2 * step, step)
         writer.add_scalar("val-aux/smoke_val/tool_rounds/mean@2", 0.5 + 0.1 * step, step)
+        writer.add_scalar("val-aux/smoke_val/used_tool/mean@2", 0.25 + 0.2 * step, step)
         if step == 0:
             continue
         writer.add_scalar("critic/score/mean", -1.4 + 0.3 * step, step)
@@ -61,7 +62,7 @@ def test_plots_from_a_synthetic_run(tmp_path: Path) -> None:
 
     out = tmp_path / "plots"
     assert main([str(logdir), "--out", str(out)]) == 0
-    expected = {"val_acc", "reward", "response_length", "turns", "entropy", "step_time", "overview"}
+    expected = {"val_acc", "reward", "response_length", "turns", "tool_use", "entropy", "step_time", "overview"}
     assert {p.stem for p in out.glob("*.png")} == expected  # sft_loss has no data: skipped, not an empty figure
     for png in out.glob("*.png"):
         width, height = _png_size(png)
