@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Time one SFT step and one GRPO step of the smoke's tiny model on this CPU: fp32 vs bf16, and the allocator.
+"""Time one SFT step and one GRPO step of the smoke's tiny model on this CPU: fp32 vs bf16, the allocator, and the
+rollout engine (verl's vLLM async server on vLLM's CPU build vs the kit's hf rollout).
 
 Why: without AVX512-BF16 or AMX, PyTorch's CPU bf16 GEMM falls back to a slow reference path, so a bf16 trainer
 step can cost 10-20x its fp32 twin; the kit's cpu platform therefore computes in fp32 everywhere
@@ -11,15 +12,15 @@ hand, in one run so that load and clock drift hit every variant alike:
   tiny random Qwen3 with the real Qwen tokenizer;
 * per variant, the median of verl's own per-step durations (SFT ``train/time(s)``, RL ``timing_s/step``), the first
   step left out when there are more (it carries one-off warm-up);
-* variants, all with the kit's cpu environment (``python -m npu_kernels.platform env --hw cpu``) except where named:
-  ``fp32`` (what the kit runs), ``bf16`` (the same in verl's default dtype), ``fp32-glibc`` (no tcmalloc:
-  ``KIT_CPU_TCMALLOC=0``; the kit adopts tcmalloc only if it saves at least 15% per step) and ``fp32-glibc-no-thp``
-  (also ``THP_MEM_ALLOC_ENABLE=0``: PyTorch's plain defaults);
-* the CPU model and the flags that decide the outcome (avx2, avx512f, avx512_bf16, amx_bf16).
+* variants in the kit's cpu environment except where named: ``fp32`` (what the kit runs), ``bf16`` (verl's default
+  dtype), ``fp32-glibc`` (``KIT_CPU_TCMALLOC=0``; tcmalloc is adopted only if it saves >= 15% per step),
+  ``fp32-glibc-no-thp`` (also ``THP_MEM_ALLOC_ENABLE=0``) and for RL ``fp32-hf`` (the kit's hf rollout instead of
+  vLLM, ``--rollouts``), with the generation time per step (``timing_s/gen``); the CPU flags that decide it.
 
     python scripts/bench_cpu_step.py                   # SFT and RL, fp32 and bf16, + tcmalloc if installed
     python scripts/bench_cpu_step.py --only sft --sft-steps 4 --json bench.json
     python scripts/bench_cpu_step.py --dtypes fp32 --only sft --sft-steps 6   # the allocator variants only
+    python scripts/bench_cpu_step.py --dtypes fp32 --only rl --no-allocators  # vllm vs hf rollout only
 
 Takes ~15-25 minutes on 2 AVX2 cores (the bf16 variants dominate); every trainer log is kept under ``--out``.
 """
@@ -46,6 +47,9 @@ if str(REPO_ROOT) not in sys.path:
 from npu_kernels.platform import PROFILES, TCMALLOC_SWITCH, applied, dtype_overrides, find_tcmalloc  # noqa: E402
 from recipes.smoke.progress import RL_STEP_TIME, SFT_STEP_TIME, step_metrics, step_times  # noqa: E402
 
+#: verl's generation time per RL step (the agent loop's rollout, tool calls included).
+GEN_TIME = "timing_s/gen"
+
 #: The flags that decide whether bf16 matmuls are fast on a CPU.
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 #: The kit adopts an allocator only if it saves at least this much per step.
@@ -57,7 +61,7 @@ THP_VAR = "THP_MEM_ALLOC_ENABLE"
 @dataclass
 class Result:
     stage: str  # sft | rl
-    variant: str  # fp32, bf16, fp32-glibc, fp32-glibc-no-thp
+    variant: str  # fp32, bf16, fp32-glibc, fp32-glibc-no-thp, fp32-hf
     dtype: str
     env: dict[str, str | None]
     step_seconds: list[float]
@@ -65,6 +69,8 @@ class Result:
     wall_s: float
     log: str
     error: str | None = None
+    rollout: str | None = None  # RL: the engine that rolled out
+    gen_median_s: float | None = None  # RL: median generation seconds per step, first step left out
 
 
 def cpu_info(cpuinfo: str | None = None) -> dict[str, object]:
@@ -140,17 +146,29 @@ class Variant:
     dtype: str
     before: tuple[tuple[str, str | None], ...] = ()
     after: tuple[tuple[str, str | None], ...] = ()
+    rollout: str | None = None  # RL rollout engine; None: the cpu platform's (vllm where installed)
 
 
-def variants(dtypes: Sequence[str], tcmalloc: str | None) -> list[Variant]:
-    """The kit's settings per dtype; for fp32 also glibc instead of tcmalloc, and glibc without huge pages."""
+def variants(
+    dtypes: Sequence[str], tcmalloc: str | None, rollouts: Sequence[str] = (), allocators: bool = True
+) -> list[Variant]:
+    """The kit's settings per dtype; for fp32 also glibc instead of tcmalloc, glibc without huge pages, and each of
+    ``rollouts`` other than the platform's engine (RL only: :func:`stage_variants`)."""
     out = [Variant(dtype, dtype) for dtype in dtypes]
-    if "fp32" in dtypes:
+    if "fp32" in dtypes and allocators:
         glibc = ((TCMALLOC_SWITCH, "0"),)
         if tcmalloc:
             out.append(Variant("fp32-glibc", "fp32", glibc))
         out.append(Variant("fp32-glibc-no-thp", "fp32", glibc, ((THP_VAR, "0"),)))
+    engine = PROFILES["cpu"].platform.rollout_engine().name
+    if "fp32" in dtypes:
+        out += [Variant(f"fp32-{name}", "fp32", rollout=name) for name in rollouts if name != engine]
     return out
+
+
+def stage_variants(stage: str, variants_: Sequence[Variant]) -> list[Variant]:
+    """What a stage times: SFT has no rollout, so the rollout variants are RL's only."""
+    return [v for v in variants_ if stage == "rl" or v.rollout is None]
 
 
 def _changed(environ: dict[str, str], changes: Sequence[tuple[str, str | None]]) -> dict[str, str]:
@@ -235,6 +253,8 @@ class Bench:
         base = _changed(_kit_env(inputs), variant.before)
         env = _changed(applied(PROFILES["cpu"].env(phase, base), base), variant.after)
         overrides += dtype_overrides(phase, variant.dtype)
+        if variant.rollout:
+            overrides.append(f"actor_rollout_ref.rollout.name={variant.rollout}")
         plan = build(RECIPES[recipe], "cpu", overrides, path_check=False, environ=env)
         if plan.errors:
             raise SystemExit(f"bench_cpu_step: the {recipe} plan failed: {'; '.join(plan.errors)}")
@@ -261,7 +281,8 @@ class Bench:
                 error = f"timed out after {self.timeout:.0f} s"
         wall = time.monotonic() - t0
         key = SFT_STEP_TIME if stage == "sft" else RL_STEP_TIME
-        times = step_times(step_metrics(log.read_text(errors="replace")), key)
+        metrics = step_metrics(log.read_text(errors="replace"))
+        times = step_times(metrics, key)
         if error is None and len(times) != steps:
             error = f"{len(times)} steps logged, expected {steps}"
         result = Result(
@@ -275,6 +296,9 @@ class Bench:
             str(log),
             error,
         )
+        if stage == "rl":
+            result.rollout = variant.rollout or PROFILES["cpu"].platform.rollout_engine().label()
+            result.gen_median_s = median_after_warmup(step_times(metrics, GEN_TIME))
         shown = f"{result.median_s:.2f} s/step" if result.median_s is not None else "no step"
         steps_text = ", ".join(f"{t:.1f}" for t in times.values())
         print(
@@ -313,6 +337,7 @@ def summarize(results: Sequence[Result], info: dict[str, object], tcmalloc: str 
             with_thp = glibc or fp32
             assert with_thp is not None
             verdicts.append(f"{stage}: THP_MEM_ALLOC_ENABLE=1 saves {1 - with_thp / plain:.0%} per step (glibc)")
+        verdicts += _rollout_verdicts(stage, by)
     if not tcmalloc:
         verdicts.append("tcmalloc is not installed here (apt-get install libtcmalloc-minimal4): fp32 ran on glibc")
     return {
@@ -324,6 +349,27 @@ def summarize(results: Sequence[Result], info: dict[str, object], tcmalloc: str 
     }
 
 
+def _rollout_verdicts(stage: str, by: dict[tuple[str, str], Result]) -> list[str]:
+    """RL: each other engine's step and generation time against the platform's (the ``fp32`` variant)."""
+    base = by.get((stage, "fp32"))
+    if stage != "rl" or base is None or base.error or not base.median_s:
+        return []
+    out = []
+    for (row_stage, name), other in by.items():
+        if row_stage != stage or not name.startswith("fp32-") or other.error or not other.median_s:
+            continue
+        if other.rollout in (None, base.rollout) or name.startswith("fp32-glibc"):
+            continue
+        gen = ""
+        if base.gen_median_s and other.gen_median_s:
+            gen = f"; generation {other.gen_median_s:.2f} vs {base.gen_median_s:.2f} s/step"
+        out.append(
+            f"rl: {other.rollout} rollout {other.median_s:.2f} vs {base.rollout} {base.median_s:.2f} s/step "
+            f"({other.median_s / base.median_s:.2f}x){gen}"
+        )
+    return out
+
+
 def render(summary: dict[str, object]) -> str:
     info = summary["cpu"]
     assert isinstance(info, dict)
@@ -333,14 +379,16 @@ def render(summary: dict[str, object]) -> str:
         f"transparent hugepages: {info['transparent_hugepage']}",
         f"fast bf16 hardware (avx512_bf16 or amx_bf16): {'yes' if summary['fast_bf16_hardware'] else 'no'}",
         "",
-        f"{'stage':<6} {'variant':<18} {'s/step':>8} {'vs fp32':>8}  steps (s)",
+        f"{'stage':<6} {'variant':<18} {'s/step':>8} {'vs fp32':>8} {'gen s':>7}  steps (s)",
     ]
     for row in summary["results"]:  # type: ignore[union-attr]
         med = f"{row['median_s']:.2f}" if row["median_s"] is not None else "-"
         ratio = f"{row['vs_fp32']:.2f}x" if row["vs_fp32"] is not None else "-"
+        gen = f"{row['gen_median_s']:.2f}" if row.get("gen_median_s") is not None else "-"
         steps = ", ".join(f"{t:.1f}" for t in row["step_seconds"])
         err = f"  ERROR: {row['error']}" if row["error"] else ""
-        lines.append(f"{row['stage']:<6} {row['variant']:<18} {med:>8} {ratio:>8}  {steps}{err}")
+        engine = f"  [{row['rollout']}]" if row.get("rollout") else ""
+        lines.append(f"{row['stage']:<6} {row['variant']:<18} {med:>8} {ratio:>8} {gen:>7}  {steps}{engine}{err}")
     lines += ["", *summary["verdicts"]]  # type: ignore[list-item]
     return "\n".join(lines)
 
@@ -359,15 +407,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per trainer run (default 1800)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "bench_cpu_step", help="logs and data")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
+    parser.add_argument(
+        "--rollouts",
+        default="vllm,hf",
+        help="RL rollout engines to time (default vllm,hf): the platform's engine is the fp32 variant, each other "
+        "one an fp32-<engine> variant",
+    )
+    parser.add_argument("--no-allocators", action="store_true", help="leave out the glibc / no-THP variants")
     parser.add_argument("--sft-override", action="append", default=[], help="extra Hydra override for SFT runs")
     parser.add_argument("--rl-override", action="append", default=[], help="extra Hydra override for RL runs")
     args = parser.parse_args(argv)
-    stages = [s.strip() for s in args.only.split(",") if s.strip()]
-    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    lists = (args.only, args.dtypes, args.rollouts)
+    stages, dtypes, rollouts = ([w.strip() for w in text.split(",") if w.strip()] for text in lists)
     if not stages or set(stages) - {"sft", "rl"}:
         parser.error("--only takes sft, rl or sft,rl")
     if not dtypes or set(dtypes) - {"fp32", "bf16"}:
         parser.error("--dtypes takes fp32, bf16 or fp32,bf16")
+    if set(rollouts) - {"vllm", "hf"}:
+        parser.error("--rollouts takes vllm, hf or vllm,hf")
     if args.sft_steps < 1 or args.rl_steps < 1:
         parser.error("--sft-steps and --rl-steps must be at least 1")
     tcmalloc = None if os.environ.get(TCMALLOC_SWITCH, "1").strip() == "0" else find_tcmalloc()
@@ -377,7 +434,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra = {"sft": args.sft_override, "rl": args.rl_override}
     bench = Bench(args.out.resolve(), args.sft_steps, args.rl_steps, args.timeout, extra)
     bench.prepare()
-    results = [bench.run(stage, variant) for stage in stages for variant in variants(dtypes, tcmalloc)]
+    chosen = variants(dtypes, tcmalloc, rollouts, allocators=not args.no_allocators)
+    results = [bench.run(stage, variant) for stage in stages for variant in stage_variants(stage, chosen)]
     summary = summarize(results, info, tcmalloc)
     print()
     print(render(summary))
