@@ -150,6 +150,7 @@ def helpers() -> SimpleNamespace:
         request_processes=request_processes,
         run_dirs=run_dirs,
         wait_until_clean=wait_until_clean,
+        worker_trees=worker_trees,
     )
 
 
@@ -181,6 +182,17 @@ def descendants(pid: int) -> list[int]:
             out.append(child)
             stack.append(child)
     return out
+
+
+def worker_trees(server: SandboxServer) -> list[list[int]]:
+    """Each worker of ``server`` (a child running worker_main.py, bwrap or not) with every process below it."""
+    trees = []
+    for pid in descendants(server.proc.pid):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == server.proc.pid and b"worker_main.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                trees.append([pid, *descendants(pid)])
+    return trees
 
 
 def run_dirs(server: SandboxServer) -> list[str]:
