@@ -26,6 +26,8 @@ class Metrics:
     queued: int = 0
     rejected: int = 0
     worker_recycles: int = 0
+    worker_deaths: int = 0  # workers that died by themselves (OOM killer, kill -9), idle or running
+    retries: int = 0  # requests handed to another worker because the first was dead before it took them
     cleanup_failures: int = 0
 
     def observe(self, status: str, seconds: float, execution_s: float | None = None) -> None:
@@ -73,6 +75,8 @@ class Metrics:
             ("queued", "gauge", "Requests waiting for a worker.", self.queued),
             ("rejected_total", "counter", "Requests refused because workers and queue were full.", self.rejected),
             ("worker_recycles_total", "counter", "Workers replaced (worn out or damaged).", self.worker_recycles),
+            ("worker_deaths_total", "counter", "Workers that died by themselves, idle or running.", self.worker_deaths),
+            ("retries_total", "counter", "Requests re-sent: their worker died before taking them.", self.retries),
             (
                 "cleanup_failures_total",
                 "counter",

@@ -12,7 +12,7 @@ import signal
 import socket
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from sandbox.isolation import FS_LANDLOCK, IsolationPlan
 from sandbox.output_capture import CappedPipeReader
@@ -69,6 +69,10 @@ class WorkerStartError(RuntimeError):
     pass
 
 
+class WorkerUnavailable(RuntimeError):
+    """The worker was dead before it took the request: none of the code ran, so another worker may run it."""
+
+
 class WorkerProcess:
     """One fork-server worker (warm, many requests) or a one-shot worker (cold, one request)."""
 
@@ -81,6 +85,7 @@ class WorkerProcess:
         self.info = info
         self.requests_served = 0
         self.broken = False
+        self.died = False  # gone by itself (OOM killer, kill -9, the run killed it), not stopped by the server
         self.private_tmp: str | None = None
 
     @classmethod
@@ -179,44 +184,33 @@ class WorkerProcess:
 
     # -- running a job ------------------------------------------------------------------------------------------
 
+    def alive(self) -> bool:
+        """Whether this idle worker can take a request now. An idle worker sends nothing, so a readable socket
+        means its end is closed (EOF, or a reset): it died, and handing it a request would only fail that request."""
+        if self.broken or self.proc.returncode is not None:
+            return False
+        try:
+            self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        return False
+
     async def run(self, job: Job, output_limit: int) -> Outcome:
-        """Execute ``job``; never raises for anything the code does. A hung or dead worker is killed."""
+        """Execute ``job``; never raises for anything the code does. A hung or dead worker is killed. Raises
+        :class:`WorkerUnavailable` when the worker was dead before it took the request (nothing of it ran)."""
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         stdin_fd = _stdin_fd(job.stdin)
         stdout = await CappedPipeReader.attach(out_r, output_limit)
         stderr = await CappedPipeReader.attach(err_r, output_limit)
-        request = {
-            "code": job.code,
-            "run_timeout": job.run_timeout,
-            "memory_limit_mb": job.memory_limit_mb,
-            "files": job.files,
-            "fetch_files": job.fetch_files,
-        }
-        reply: dict[str, Any]
         try:
-            try:
-                await self._send(request, [stdin_fd, out_w, err_w])
-            finally:
-                for fd in (stdin_fd, out_w, err_w):
-                    os.close(fd)
-            reply = await asyncio.wait_for(self._recv(), job.run_timeout + WORKER_GRACE_S)
-        except asyncio.CancelledError:
-            await self.kill()
+            reply = await self._exchange(job, [stdin_fd, out_w, err_w])
+        except BaseException:  # cancelled, or WorkerUnavailable: the worker is killed, nothing to collect
             stdout.close()
             stderr.close()
             raise
-        except (OSError, EOFError, TimeoutError, ValueError) as exc:
-            hung = isinstance(exc, TimeoutError)
-            log.warning("worker %s %s; killing it", self.proc.pid, "hung" if hung else f"failed: {exc!r}")
-            await self.kill()
-            reply = {
-                "status": "TimeLimitExceeded" if hung else "Error",
-                "return_code": None,
-                "execution_time": job.run_timeout if hung else 0.0,
-                "message": "sandbox worker hung; killed" if hung else "sandbox worker died during execution",
-                "damaged": True,
-            }
         self.requests_served += 1
         try:
             # The worker answers once everything of the run got SIGKILL; dying processes may hold the pipes a
@@ -239,6 +233,52 @@ class WorkerProcess:
             truncated=stdout.truncated or stderr.truncated,
             damaged=bool(reply.get("damaged")),
         )
+
+    async def _exchange(self, job: Job, fds: list[int]) -> dict[str, Any]:
+        """Send the request with its stdin/stdout/stderr, wait for the result frame; the reply for a worker that
+        hung or died while it had the request is made up here."""
+        request = {
+            "code": job.code,
+            "run_timeout": job.run_timeout,
+            "memory_limit_mb": job.memory_limit_mb,
+            "files": job.files,
+            "fetch_files": job.fetch_files,
+        }
+        try:
+            try:
+                await self._send(request, fds)
+            except OSError as exc:  # EPIPE/ECONNRESET: the worker's end was closed before the request got there
+                await self._unavailable(exc)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            return await asyncio.wait_for(self._recv(), job.run_timeout + WORKER_GRACE_S)
+        except asyncio.CancelledError:
+            await self.kill()
+            raise
+        except ConnectionResetError as exc:
+            # Linux resets the peer of a unix stream socket closed with unread data: the worker died before it
+            # had read all of the request, so it cannot have started the code.
+            await self._unavailable(exc)
+        except (OSError, EOFError, TimeoutError, ValueError) as exc:
+            hung = isinstance(exc, TimeoutError)
+            log.warning("worker %s %s; killing it", self.proc.pid, "hung" if hung else f"failed: {exc!r}")
+            self.died = not hung and isinstance(exc, (OSError, EOFError))  # TimeoutError is an OSError
+            await self.kill()
+            return {
+                "status": "TimeLimitExceeded" if hung else "Error",
+                "return_code": None,
+                "execution_time": job.run_timeout if hung else 0.0,
+                "message": "sandbox worker hung; killed" if hung else "sandbox worker died during execution",
+                "damaged": True,
+            }
+
+    async def _unavailable(self, exc: OSError) -> NoReturn:
+        """Kill the dead worker and tell the caller that the request is intact, to be run elsewhere."""
+        log.warning("worker %s was dead before it took a request (%r); killing it", self.proc.pid, exc)
+        self.died = True
+        await self.kill()
+        raise WorkerUnavailable(f"worker {self.proc.pid} was dead before it took the request: {exc!r}") from exc
 
     async def wait_cleanup(self) -> bool:
         """Second frame of a run: True once every process of it is reaped (the worker is reusable)."""
