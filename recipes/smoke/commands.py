@@ -9,10 +9,12 @@ The trainers go through the kit's launcher with the platform's own hardware prof
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.platform import HardwareProfile, applied
+from npu_kernels.platform import HardwareProfile, RolloutEngine, applied
+from npu_kernels.platform.base import RL_ROLLOUT_NAME_KEY as ROLLOUT_NAME_KEY
 from recipes.launch import catalog
 from recipes.launch.mounts import EPHEMERAL_CKPT_ENV
 from recipes.smoke.sandbox_service import sandbox_command
@@ -84,6 +86,48 @@ DATA_JOBS = (
 
 
 @dataclass(frozen=True)
+class DataJob:
+    """One ``retool-prepare`` run of the data stage: command, input file (in the task's input folder), output."""
+
+    command: str  # sft | rl | val
+    source: str
+    output: str  # parquet under OUT/data
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Task:
+    """What a smoke run trains on: its data and the trainers' task-specific overrides.
+
+    ``inputs`` is the folder of the source files; None means the run writes them into ``OUT/data/src`` first with
+    ``generate(folder, seed)`` (the learning check's task, :mod:`recipes.smoke.learn`)."""
+
+    name: str
+    inputs: Path | None
+    data_jobs: tuple[DataJob, ...]
+    sft_file: str
+    rl_file: str
+    val_files: tuple[str, ...]
+    sft_overrides: tuple[str, ...]
+    rl_overrides: tuple[str, ...]
+    generate: Callable[[Path, int], object] | None = None
+    judges_learning: bool = False  # a final "learn" stage judges the validation curve (recipes.smoke.learn)
+
+
+#: The plain smoke: the shipped fixtures of recipes/smoke/data in the real datasets' schemas.
+SMOKE_TASK = Task(
+    "smoke",
+    DATA_DIR,
+    tuple(DataJob(*job) for job in DATA_JOBS),
+    "retool_sft.parquet",
+    "dapo_math.parquet",
+    ("smoke_val.parquet", "aime_2025.parquet"),
+    SFT_OVERRIDES,
+    RL_OVERRIDES,
+)
+
+
+@dataclass(frozen=True)
 class Command:
     """One process a stage starts: what ``--dry-run`` prints and what the stage runs."""
 
@@ -102,17 +146,32 @@ def one_device_overrides(profile: HardwareProfile) -> list[str]:
 class SmokeCommands:
     """The paths of one smoke run and every command its stages start, with their environments."""
 
-    def __init__(self, out: Path, sizes: Sizes, profile: HardwareProfile, *, trace: bool = False) -> None:
-        self.out, self.sizes, self.profile = out, sizes, profile
+    def __init__(
+        self,
+        out: Path,
+        sizes: Sizes,
+        profile: HardwareProfile,
+        *,
+        trace: bool = False,
+        rollout: str | None = None,
+        task: Task = SMOKE_TASK,
+        seed: int = 0,
+        rl_extra: tuple[str, ...] = (),
+    ) -> None:
+        self.out, self.sizes, self.profile, self.task, self.seed = out, sizes, profile, task, seed
         self.trace = trace  # --trace: RL rollouts traced to mlflow's file store (recipes/launch/trace.py)
+        # --rollout: the RL rollout engine; None keeps the platform's (vLLM; the hf rollout where vLLM is missing)
+        self.rollout = rollout
+        self.rl_extra = rl_extra  # --rl-override: the user's own Hydra overrides of the RL stage, last (they win)
         self.sandbox_url = ""  # set when the sandbox is up (its port is picked then)
         self.logs = out / "logs"
         self.model_dir = out / "model" / "tiny-qwen3"
         self.data = out / "data"
+        self.sources = task.inputs or self.data / "src"
         self.sft_ckpt = out / "sft" / "ckpt"
         self.merged = out / "sft" / "hf_merged"
         self.rl_dir = out / "rl"
-        self.val_files = [self.data / "smoke_val.parquet", self.data / "aime_2025.parquet"]
+        self.val_files = [self.data / name for name in task.val_files]
 
     # -- environments and commands
 
@@ -135,9 +194,17 @@ class SmokeCommands:
 
     def data_commands(self) -> list[Command]:
         commands = []
-        for command, src, dst in DATA_JOBS:
-            argv = [sys.executable, "-m", "recipes.retool.prepare", command, "--input", str(DATA_DIR / src)]
-            commands.append(Command("data", [*argv, "--output", str(self.data / dst)], self.helper_env()))
+        for job in self.task.data_jobs:
+            argv = [
+                sys.executable,
+                "-m",
+                "recipes.retool.prepare",
+                job.command,
+                "--input",
+                str(self.sources / job.source),
+            ]
+            argv += ["--output", str(self.data / job.output), *job.args]
+            commands.append(Command("data", argv, self.helper_env()))
         return commands
 
     def sft_command(self) -> Command:
@@ -145,13 +212,13 @@ class SmokeCommands:
         env = self.trainer_env(
             SFT_RECIPE.phase,
             MODEL_PATH=str(self.model_dir),
-            TRAIN_FILE=str(self.data / "retool_sft.parquet"),
-            VAL_FILE=str(self.data / "retool_sft.parquet"),
+            TRAIN_FILE=str(self.data / self.task.sft_file),
+            VAL_FILE=str(self.data / self.task.sft_file),
             CKPT_DIR=str(self.sft_ckpt),
             TENSORBOARD_DIR=str(self.out / "sft" / "tensorboard"),
         )
         overrides = [
-            *SFT_OVERRIDES,
+            *self.task.sft_overrides,
             f"trainer.total_training_steps={s.sft_steps}",
             f"trainer.total_epochs={s.sft_epochs}",
             f"trainer.save_freq={s.sft_steps}",
@@ -170,14 +237,14 @@ class SmokeCommands:
         env = self.trainer_env(
             RL_RECIPE.phase,
             MODEL_PATH=str(self.merged),
-            TRAIN_FILE=str(self.data / "dapo_math.parquet"),
+            TRAIN_FILE=str(self.data / self.task.rl_file),
             VAL_FILE=str(self.val_files[0]),
             CKPT_DIR=str(self.rl_dir / "ckpt"),
             TENSORBOARD_DIR=str(self.rl_dir / "tensorboard"),
             RETOOL_SANDBOX_URL=f"{sandbox_url}/run_code",
         )
         overrides = [
-            *RL_OVERRIDES,
+            *self.task.rl_overrides,
             f"data.val_files=[{','.join(str(p) for p in self.val_files)}]",
             f"trainer.total_training_steps={s.rl_steps}",
             f"trainer.test_freq={s.rl_test_freq}",
@@ -185,8 +252,17 @@ class SmokeCommands:
             f"trainer.rollout_data_dir={self.rl_dir / 'rollouts'}",
             *one_device_overrides(self.profile),
             *(TRACE_OVERRIDES if self.trace else ()),
+            *([f"{ROLLOUT_NAME_KEY}={self.rollout}"] if self.rollout else []),
+            *self.rl_extra,
         ]
         return Command("rl", self.trainer_argv(RL_RECIPE, overrides), env, RL_RECIPE.name)
+
+    def rollout_engine(self) -> RolloutEngine:
+        """The engine the RL stage rolls out with, and its version where known (the table and summary.json)."""
+        engine = self.profile.platform.rollout_engine()
+        if self.rollout and self.rollout != engine.name:
+            return RolloutEngine(self.rollout, None, "chosen with --rollout")
+        return engine
 
     @property
     def trace_store(self) -> Path:

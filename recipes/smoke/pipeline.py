@@ -35,13 +35,14 @@ from npu_kernels.platform import HardwareProfile
 from recipes.launch.trace import rollout_traces
 from recipes.smoke.commands import (  # noqa: F401 (DATA_DIR, SFT_MAX_LENGTH, *_OVERRIDES: kept importable here)
     DATA_DIR,
-    DATA_JOBS,
+    DATA_JOBS,  # noqa: F401
     FAST,
     FULL,
     RL_OVERRIDES,
     SCALE,
     SFT_MAX_LENGTH,
     SFT_OVERRIDES,
+    SMOKE_TASK,
     STAGES,
     Sizes,
     SmokeCommands,
@@ -62,8 +63,9 @@ def _dumped(folder: Path) -> list[dict[str, Any]]:
 class Smoke(SmokeCommands):
     """One smoke run: its commands (:class:`SmokeCommands`), its stages, and what the stages found."""
 
-    def __init__(self, out: Path, sizes: Sizes, profile: HardwareProfile, *, trace: bool = False) -> None:
-        super().__init__(out, sizes, profile, trace=trace)
+    def __init__(self, out: Path, sizes: Sizes, profile: HardwareProfile, **options: Any) -> None:
+        """``options``: :class:`SmokeCommands`' keywords (trace, rollout, task, seed, rl_extra)."""
+        super().__init__(out, sizes, profile, **options)
         self.stages: dict[str, Stage] = {}
         self.sandbox = SandboxService(self.logs / "sandbox.log", out / "sandbox.pid", self.helper_env())
 
@@ -72,17 +74,19 @@ class Smoke(SmokeCommands):
     def stage_model(self, st: Stage) -> None:
         from recipes.smoke.tiny_model import build_tiny_qwen
 
-        build_tiny_qwen(self.model_dir)
+        build_tiny_qwen(self.model_dir, seed=self.seed)
         config = json.loads((self.model_dir / "config.json").read_text())
         st.metric = f"{config['model_type']} hidden {config['hidden_size']} x {config['num_hidden_layers']} layers"
 
     def stage_data(self, st: Stage) -> None:
         import pyarrow.parquet as pq
 
+        if self.task.generate is not None:  # the task writes its own source files first (learning check)
+            self.task.generate(self.sources, self.seed)
         counts = {}
-        for (command, _, dst), cmd in zip(DATA_JOBS, self.data_commands(), strict=True):
-            run_logged(cmd.argv, self.logs / f"prepare_{dst}.log", cmd.env, 120, f"prepare {command}")
-            counts[dst.removesuffix(".parquet")] = pq.ParquetFile(self.data / dst).metadata.num_rows
+        for job, cmd in zip(self.task.data_jobs, self.data_commands(), strict=True):
+            run_logged(cmd.argv, self.logs / f"prepare_{job.output}.log", cmd.env, 120, f"prepare {job.command}")
+            counts[job.output.removesuffix(".parquet")] = pq.ParquetFile(self.data / job.output).metadata.num_rows
         st.details = counts
         st.metric = ", ".join(f"{name} {n}" for name, n in counts.items()) + " rows"
 
@@ -169,7 +173,7 @@ class Smoke(SmokeCommands):
         calls = counters["calls"] if counters else st.details["rollout_tool_rounds"] + st.details["val_tool_rounds"]
         st.details["tool_calls_executed"] = calls
         st.metric = (
-            f"{st.details['seconds_per_step'] or 0:.1f} s/step; "
+            f"{self.rollout_engine().label()}; {st.details['seconds_per_step'] or 0:.1f} s/step; "
             f"reward {' '.join(f'{x:+.2f}' for x in st.details['reward_mean'])}; "
             f"val acc {val_acc(val)}; tool rounds/response {st.details['tool_rounds_per_response']:.2f}; "
             f"tool calls executed {calls}"
@@ -206,6 +210,18 @@ class Smoke(SmokeCommands):
             f"/{tool['tool_calls']} well-formed; code errors {tool['code_errors']}"
         )
 
+    def stage_learn(self, st: Stage) -> None:
+        """The learning check's verdict on the validation curve (recipes.smoke.learn), after eval and plots exist."""
+        from recipes.smoke import learn
+
+        curve = learn.read_curve(self.rl_dir / "val_generations")
+        verdict = learn.judge(curve)
+        st.details = learn.summary_fields(curve, verdict)
+        st.metric = verdict.line.removeprefix("learn: ")
+        print(learn.render_curve(curve), flush=True)
+        if not verdict.ok:
+            raise StageError(verdict.line)
+
     def stage_plots(self, st: Stage) -> None:
         cmd = self.plots_command()
         out = self.out / "plots"
@@ -232,7 +248,8 @@ class Smoke(SmokeCommands):
             self.stage_eval,
             self.stage_plots,
         ]
-        return list(zip(STAGES, fns, strict=True))
+        steps = list(zip(STAGES, fns, strict=True))
+        return [*steps, ("learn", self.stage_learn)] if self.task.judges_learning else steps
 
     def run(self) -> int:
         """All stages in order; the first failure stops the run. Returns the exit status (0 ok, 1 failed)."""
@@ -279,9 +296,14 @@ class Smoke(SmokeCommands):
         return 0
 
     def facts(self) -> RunFacts:
+        engine = self.rollout_engine()
         return RunFacts(
             fast=self.sizes == FAST,
+            task=self.task.name,
+            seed=self.seed,
             platform=self.profile.platform.name,
+            rollout_engine=engine.name,
+            rollout_engine_version=engine.version,
             hardware_profile=self.profile.name,
             scale=SCALE,
             python=sys.executable,

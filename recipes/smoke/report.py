@@ -1,9 +1,12 @@
 """What the smoke run reports: one :class:`Stage` row per stage, ``summary.json`` and the final table.
 
 ``summary.json`` is the contract with ``tests/smoke`` and CI (field names are kept stable): ``ok``,
-``failed_stage``, ``fast``, ``device`` (the platform), ``platform``, ``hardware_profile``, ``scale``, ``python``,
+``failed_stage``, ``fast``, ``device`` (the platform), ``platform``, ``hardware_profile``, ``rollout_engine``,
+``rollout_engine_version``, ``task``, ``seed``, ``scale``, ``python``,
 ``out``, ``seconds``, ``stages``, ``sft_losses``, ``sft_seconds_per_step``, ``rl_seconds_per_step``,
-``tool_call_rate``, ``rl_tool_calls``, ``rl_reward_mean``, ``sandbox``.
+``tool_call_rate``, ``rl_tool_calls``, ``rl_reward_mean``, ``sandbox``; with ``--learn`` also the learning check's
+``learn_ok``, ``learn_verdict``, ``val_acc_before``, ``val_acc_after``, ``tool_call_rate_before``,
+``tool_call_rate_after``, ``rl_steps`` and ``learning_curve`` (recipes/smoke/learn.py).
 """
 
 from __future__ import annotations
@@ -30,7 +33,11 @@ class RunFacts:
     """What the summary says about the run itself, besides its stages."""
 
     fast: bool
+    task: str  # smoke | learn (--learn: the learning check)
+    seed: int  # --seed: the tiny model's init and the learning check's data
     platform: str
+    rollout_engine: str  # what the RL stage rolled out with: vllm (verl's vLLM async server) or hf
+    rollout_engine_version: str | None  # vLLM's version (e.g. 0.11.0+cpu); None for hf
     hardware_profile: str
     scale: str
     python: str
@@ -51,9 +58,13 @@ def summary(
         "ok": failed is None,
         "failed_stage": failed,
         "fast": facts.fast,
+        "task": facts.task,
+        "seed": facts.seed,
         "device": facts.platform,
         "platform": facts.platform,
         "hardware_profile": facts.hardware_profile,
+        "rollout_engine": facts.rollout_engine,
+        "rollout_engine_version": facts.rollout_engine_version,
         "scale": facts.scale,
         "python": facts.python,
         "out": facts.out,
@@ -67,6 +78,8 @@ def summary(
         "rl_reward_mean": rl.get("reward_mean", []),
         "rollout_traces": rl.get("rollout_traces"),
         "sandbox": stages["sandbox"].details.get("counters") if "sandbox" in stages else None,
+        # the learning check (--learn): val_acc_before/after, tool_call_rate_before/after, rl_steps, the curve
+        **(stages["learn"].details if "learn" in stages else {}),
     }
 
 

@@ -104,7 +104,8 @@ def test_dry_run_on_a_stub_accelerator_host(tmp_path: Path, device: str, profile
     )
     assert proc.returncode == 0, proc.stderr
     text = proc.stdout
-    assert f"platform {device}, hardware profile {profile}, scale smoke, python {sys.executable}" in text
+    assert f"platform {device}, hardware profile {profile}, scale smoke, rollout vllm" in text
+    assert f"python {sys.executable}" in text
     sections = text.split("\n== ")
     trainers = [s for s in sections if s.startswith(("sft", "rl"))]
     assert len(trainers) == 2

@@ -1,7 +1,8 @@
 """The main job in CI: ``bash scripts/smoke.sh --fast``, end to end with the real trainers, then its table checked.
 
 Every stage must be ok; the SFT losses finite and falling; the SFT model must emit well-formed tool calls; at least
-one tool call must have been executed by the sandbox during RL (from the SFT'd policy, not a mock); the sandbox
+one tool call must have been executed by the sandbox during RL (from the SFT'd policy, not a mock), rolled out by
+the platform's engine (verl's vLLM async server on vLLM's CPU build, which CI requires); the sandbox
 must be gone afterwards; eval and plots must exist. Takes minutes (``slow``), never skipped.
 """
 
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import pytest
 from kit_testing import REPO_ROOT, kit_env
+
+from npu_kernels.platform import CPU
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +69,10 @@ def test_sft_learned_the_tool_call_format(smoke: dict) -> None:
 
 def test_rl_executed_tool_calls_in_the_sandbox(smoke: dict) -> None:
     summary = smoke["summary"]
+    engine = CPU.rollout_engine()  # vLLM's CPU build where the venv has it (CI requires it), else the hf rollout
+    assert (summary["rollout_engine"], summary["rollout_engine_version"]) == (engine.name, engine.version), summary
+    if engine.name == "vllm":  # the calls came through verl's vLLM async server
+        assert "vLLMHttpServer" in (smoke["out"] / "logs" / "rl.log").read_text()
     assert summary["rl_tool_calls"] >= 1
     assert summary["sandbox"]["calls"] >= 1 and summary["sandbox"]["failures"] == 0, summary["sandbox"]
     rl = next(s for s in summary["stages"] if s["name"] == "rl")["details"]

@@ -1,0 +1,74 @@
+"""The learning check's task and verdict, without training: what the data teach and how the curve is judged."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from recipes.smoke import learn, learn_data
+
+
+def test_the_task_needs_the_tool_and_splits_never_overlap() -> None:
+    sft, train, val = learn_data.split(7, learn_data.Sizes())
+    assert not ({p.text for p in sft} & {p.text for p in train}) and not (
+        {p.text for p in train} & {p.text for p in val}
+    )
+    assert not {p.text for p in sft} & {p.text for p in val}
+    assert len(val) >= learn.MIN_VAL_SAMPLES
+    # the last digit cycles with period 4 in the exponent: the base alone leaves 4 candidates
+    for base in learn_data.BASES:
+        digits = {learn_data.Problem(base, b).answer for b in learn_data.EXPONENTS}
+        assert len(digits) == 4, (base, digits)
+    problem = learn_data.Problem(7, 34)
+    assert problem.answer == str(7**34)[-1] and problem.code == "print(7**34)"
+
+
+def test_sft_mix_and_determinism() -> None:
+    sizes = learn_data.Sizes()
+    rows = learn_data.build(3, sizes)
+    assert rows == learn_data.build(3, sizes)  # a seed gives the same data
+    assert rows != learn_data.build(4, sizes)
+    sft = rows["learn_sft.jsonl"]
+    with_tool = [r for r in sft if "<code>" in r["messages"][1]["content"]]
+    assert len(with_tool) == round(sizes.tool_share * len(sft))
+    assert len(rows["learn_val.jsonl"]) == sizes.val and len(rows["learn_train.jsonl"]) == sizes.train
+
+
+def _dump(folder: Path, step: int, acc: list[bool], tool: list[bool]) -> None:
+    rows = [
+        {"acc": a, "acc_strict": a, "used_tool": t, "score": 1.0 if a else -1.0, "output": "x" * 10}
+        for a, t in zip(acc, tool, strict=True)
+    ]
+    (folder / f"{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "ok"),
+    [
+        (0.20, 0.40, True),  # +0.20 and 2x
+        (0.20, 0.30, False),  # +0.10: not enough
+        (0.40, 0.56, False),  # +0.16 but 1.4x
+        (0.40, 0.20, False),  # worse
+    ],
+)
+def test_verdict_needs_both_targets(tmp_path: Path, before: float, after: float, ok: bool) -> None:
+    n = 100
+    _dump(tmp_path, 0, [i < round(before * n) for i in range(n)], [i < 25 for i in range(n)])
+    _dump(tmp_path, 10, [i < round(after * n) for i in range(n)], [i < 80 for i in range(n)])
+    curve = learn.read_curve(tmp_path)
+    verdict = learn.judge(curve)
+    assert verdict.ok is ok, verdict.line
+    assert ("did NOT learn" in verdict.line) is not ok and "\n" not in verdict.line
+    fields = learn.summary_fields(curve, verdict)
+    assert fields["val_acc_before"] == pytest.approx(before) and fields["val_acc_after"] == pytest.approx(after)
+    assert (fields["tool_call_rate_before"], fields["tool_call_rate_after"], fields["rl_steps"]) == (0.25, 0.8, 10)
+
+
+def test_verdict_refuses_too_few_samples_or_no_baseline(tmp_path: Path) -> None:
+    _dump(tmp_path, 0, [False] * 10, [False] * 10)
+    _dump(tmp_path, 5, [True] * 10, [True] * 10)
+    assert "at least 64" in learn.judge(learn.read_curve(tmp_path)).line
+    (tmp_path / "0.jsonl").unlink()
+    assert "before training" in learn.judge(learn.read_curve(tmp_path)).line
