@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -137,6 +137,94 @@ def run_ranks(code: str, world_size: int = 2, timeout: float = 240) -> None:
         failed |= proc.returncode != 0
     if failed:
         raise AssertionError("a rank failed:\n" + "\n".join(outputs))
+
+
+def tiny_checkpoint_manager() -> object:
+    """verl's real ``FSDPCheckpointManager`` over a one-layer model and its optimizer; call it in a process group.
+
+    ``fsdp_version`` is 0 for a plain module, so the manager saves the module's state dict as this rank's shard and
+    goes through the rest of its save (extra state, ``huggingface/`` config, fsdp_config.json) unchanged. Set
+    ``manager.optimizer.fail = True`` and the next save dies midway (after the model file, at the optimizer's), as a
+    crash during a save does.
+    """
+    import torch
+    from transformers import PretrainedConfig
+    from verl.utils.checkpoint.fsdp_checkpoint_manager import FSDPCheckpointManager
+
+    class TinyModel(torch.nn.Linear):
+        config = PretrainedConfig()
+
+        def can_generate(self) -> bool:
+            return False
+
+    class CrashingSGD(torch.optim.SGD):
+        fail = False
+
+        def state_dict(self) -> dict:
+            if self.fail:
+                raise RuntimeError("simulated crash during the checkpoint save")
+            return super().state_dict()
+
+    model = TinyModel(2, 2)
+    return FSDPCheckpointManager(model, CrashingSGD(model.parameters(), lr=0.1))
+
+
+class CheckpointWorkerGroup:
+    """The checkpoint calls RayPPOTrainer makes on ``actor_rollout_wg``, done by a real ``FSDPCheckpointManager``.
+
+    fsdp_workers' ``save_checkpoint``/``load_checkpoint`` hand their arguments to the manager on every rank; here
+    one rank in this process, so a trainer's checkpoints are real files that load (or fail to) as on a cluster.
+    """
+
+    def __init__(self) -> None:
+        self.manager = tiny_checkpoint_manager()
+        self.loaded: list[str | None] = []
+
+    def save_checkpoint(
+        self, local_path: str, hdfs_path: str | None = None, global_step: int = 0, max_ckpt_to_keep: int | None = None
+    ) -> None:
+        self.manager.save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep=max_ckpt_to_keep)
+
+    def load_checkpoint(
+        self, local_path: str | None, hdfs_path: str | None = None, del_local_after_load: bool = False
+    ) -> None:
+        self.loaded.append(local_path)
+        self.manager.load_checkpoint(local_path, hdfs_path, del_local_after_load)
+
+
+class StepDataLoader:
+    """The dataloader state RayPPOTrainer saves to data.pt and loads back: here just the step it was saved at."""
+
+    def __init__(self, trainer: object) -> None:
+        self.trainer = trainer
+        self.fail = False
+        self.loaded: dict | None = None
+
+    def state_dict(self) -> dict:
+        if self.fail:
+            raise RuntimeError("simulated crash after the actor's save, before data.pt")
+        return {"step": self.trainer.global_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loaded = state
+
+
+def checkpoint_trainer(root: Path, overrides: Sequence[str] = ()) -> object:
+    """A ``RayPPOTrainer`` with what ``_save_checkpoint``/``_load_checkpoint`` read and nothing else.
+
+    ``object.__new__``: no Ray, no workers. The config is verl's own ``ppo_trainer`` with checkpoints in ``root``
+    (absolute, as the trainer's own load makes it) and ``overrides``; the actor is a ``CheckpointWorkerGroup``, no
+    critic. Each call is a fresh trainer, as after a restart. Call it in a process group (``gloo_world_of_one``).
+    """
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+    trainer = object.__new__(RayPPOTrainer)
+    trainer.config = ppo_config([f"trainer.default_local_dir={root}", *overrides])
+    trainer.actor_rollout_wg = CheckpointWorkerGroup()
+    trainer.use_critic = False
+    trainer.global_steps = 0
+    trainer.train_dataloader = StepDataLoader(trainer)
+    return trainer
 
 
 def step_metrics(text: str) -> dict[int, dict[str, float]]:
