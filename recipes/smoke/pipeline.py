@@ -35,7 +35,6 @@ from npu_kernels.platform import HardwareProfile
 from recipes.launch.trace import rollout_traces
 from recipes.smoke.commands import (  # noqa: F401 (DATA_DIR, SFT_MAX_LENGTH, *_OVERRIDES: kept importable here)
     DATA_DIR,
-    DATA_JOBS,  # noqa: F401
     FAST,
     FULL,
     RL_OVERRIDES,
