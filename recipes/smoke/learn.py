@@ -8,11 +8,16 @@ rollout engine with the kit's reward and sandbox, validating on held-out problem
 steps. It passes when the last validation beats the first by :data:`TARGET_GAIN` and by a factor
 :data:`TARGET_RATIO`, on at least :data:`MIN_VAL_SAMPLES` samples.
 
-Status (issue 19, open): the machinery runs end to end, but the 64-wide, 2-layer random model does not yet learn
-the task in the time budget. Measured on 2 cores: after 96 SFT steps (lr 2e-2) the model copies the prompt's digits
-into its call no better than chance (teacher-forced digit accuracy 0.12-0.17 with head_dim 16 / rope theta 1e6 and
-with head_dim 32 / theta 1e4; the tool output's last digit into the answer: 0.06), so before RL val acc was 0.05
-with 12% tool calls, and a GRPO step of 4 x 8 samples takes ~40 s.
+Status (issue 19, blocked): the machinery runs end to end, but the 64-wide, 2-layer random model does not learn to
+copy in the time budget, and every tool-dependent task needs two copies (prompt -> call, tool output -> answer).
+Measured on 2 cores: after 96 SFT steps (lr 2e-2) the model copies the prompt's digits into its call no better than
+chance (teacher-forced digit accuracy 0.12-0.17 with head_dim 16 / rope theta 1e6 and with head_dim 32 / theta 1e4;
+the tool output's last digit into the answer: 0.06), so before RL val acc was 0.05 with 12% tool calls, and a GRPO
+step of 4 x 8 samples takes ~40 s. A task whose copies are content-addressed (a key of one letter and one animal,
+the answer an md5-picked month: the only letter, animal and month in the context) did no better: on every SFT row
+calling the tool, tied embeddings, init range 0.02 or 0.1, theta 1e4 or 1e6, lr 3e-3 to 1e-2 and up to 192 steps
+(~5 min), the held-out key copy stayed at 0.00-0.09 and the month copy at 0.06-0.19 while the template tokens were
+learned (0.96). The ~300-token prompt is most of the context the copy has to search.
 
 This module reads what the trainer dumped (``trainer.validation_data_dir``: one ``<step>.jsonl`` per validation, a
 row per sample with the kit reward's ``acc``, ``acc_strict``, ``used_tool``, ``score``) into the curve and judges it.
