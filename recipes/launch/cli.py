@@ -1,13 +1,15 @@
 """``python -m recipes.launch``: plan, check and launch a ReTool recipe.
 
-    python -m recipes.launch run RECIPE [--hw a2|a3|cuda|cpu] [--dry-run] [--no-path-check] [overrides...]
+    python -m recipes.launch run RECIPE [--hw a2|a3|cuda|cpu] [--dry-run] [--no-path-check] [--max-restarts N]
+                                 [overrides...]
     python -m recipes.launch plan --recipe qwen3_4b_dapo --hw a3 --dry-run [--no-path-check] [-- overrides...]
     python -m recipes.launch plan --recipe qwen3_4b_dapo --hw a3 --argv [-- overrides...]
     python -m recipes.launch list
 
 ``run`` is what ``recipes/run_<recipe>_npu.sh`` execs: it picks the profile (``--hw``, else
 :func:`npu_kernels.platform.default_hardware`), applies the profile's environment for the recipe's phase, plans,
-and either prints the dry run or replaces itself with the exact verl command it approved. ``plan --dry-run`` prints
+and either prints the dry run or replaces itself with the exact verl command it approved (with ``--max-restarts
+N``: runs it under :mod:`recipes.launch.restart`, which relaunches it resuming when it dies). ``plan --dry-run`` prints
 the table, problems and the command, and exits 0 only when nothing is wrong; ``plan --argv`` prints the command one
 argument per line (the same checks plus this machine's: platform, device count; the table on stderr).
 """
@@ -19,10 +21,11 @@ import contextlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from npu_kernels.platform import PROFILE_NAMES, PROFILES, applied, default_hardware
 from npu_kernels.platform.cli import add_profile_option
-from recipes.launch import catalog, inputs
+from recipes.launch import catalog, inputs, restart
 from recipes.launch.plan import UsageError, build
 from recipes.launch.report import render
 
@@ -92,8 +95,27 @@ def build_run_parser() -> argparse.ArgumentParser:
     )
     _add_scale_option(run)
     _add_parity_option(run)
+    run.add_argument(
+        "--max-restarts",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="when the trainer exits non-zero, clean up its processes and relaunch it with trainer.resume_mode=auto "
+        "(the newest complete checkpoint), at most N times; each restart logs the step it resumes from and the "
+        "steps of work lost (default 0: exec the trainer, no supervisor)",
+    )
     run.add_argument("overrides", nargs="*", help="Hydra overrides for verl (key=value)")
     return run
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
 
 
 def _add_parity_option(parser: argparse.ArgumentParser) -> None:
@@ -148,8 +170,14 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     print(render(plan, dry_run=args.dry_run), file=log, flush=True)
     if plan.errors:
         return EXIT_FAILED
+    ckpt_dir = Path(str(plan.cfg.trainer.default_local_dir))
+    if args.max_restarts:
+        print(f"restarts: up to {args.max_restarts}, each resuming from the newest checkpoint in {ckpt_dir}", file=log)
     if args.dry_run:
         return EXIT_OK
+    if args.max_restarts:
+        print(f"run_recipe: run {' '.join(plan.command)}", file=sys.stderr, flush=True)
+        return restart.supervise(plan.command, env, ckpt_dir, args.max_restarts)
     print(f"run_recipe: exec {' '.join(plan.command)}", file=sys.stderr, flush=True)
     os.execvpe(plan.command[0], plan.command, env)
     return EXIT_FAILED  # not reached

@@ -2,8 +2,10 @@
 verl's vLLM async server (vLLM's CPU build), the engine NPU and GPU runs use.
 
 (a) sync: ``rollout.name=hf rollout.mode=sync``, 2 FSDP2 worker processes (``trainer.n_gpus_per_node=2`` counts
-    processes on CPU), KL loss (so a ref model is built), 2 steps and a checkpoint; then a second run resumes from
-    it (``trainer.resume_mode=auto``) and does step 3. The hf rollout stays the fallback where vLLM cannot install.
+    processes on CPU), KL loss (so a ref model is built), 3 steps under the launcher's restart supervisor
+    (``--max-restarts 1``, recipes/launch/restart.py); the driver is SIGKILLed once the step-2 checkpoint is complete,
+    and the supervisor cleans up and relaunches it with ``trainer.resume_mode=auto``, which resumes from step 2 and
+    does step 3 (issue 20, fault (a)). The hf rollout stays the fallback where vLLM cannot install.
 (b) async: ``rollout.mode=async`` with the agent loop (``tool_agent``, hermes format, a native tool), remove-padding
     and rollout log-probs, 2 steps, the rollout engine the cpu platform picks (vLLM; 2 replicas, one per rank). A
     random tiny model never emits a tool call, so tool execution itself is not exercised here (only the
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -175,7 +178,7 @@ def _timing(steps: dict[int, dict[str, float]]) -> str:
     )
 
 
-def test_sync_grpo_checkpoint_and_resume(assets: dict[str, Path], tmp_path: Path) -> None:
+def test_sync_grpo_killed_after_a_checkpoint_restarts_and_resumes(assets: dict[str, Path], tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     overrides = [
         *_common_overrides(assets, ckpt),
@@ -190,26 +193,65 @@ def test_sync_grpo_checkpoint_and_resume(assets: dict[str, Path], tmp_path: Path
         "trainer.test_freq=2",
     ]
 
-    wall = _run_ppo([*overrides, "trainer.total_training_steps=2"], tmp_path / "sync.log", assets["pythonpath"])
-    steps = _check_steps(tmp_path / "sync.log", [1, 2])
+    # one supervised run of 3 steps (--max-restarts 1), its driver SIGKILLed once the step-2 checkpoint is complete
+    log = tmp_path / "sync.log"
+    wall, killed = _supervise_ppo([*overrides, "trainer.total_training_steps=3"], log, assets["pythonpath"], ckpt, 2)
+    text = log.read_text()
+    assert "restart 1/1: trainer exited with status -9" in text and "resuming from global_step_2" in text, text[-4000:]
+    assert f"Resuming from {ckpt / 'global_step_2'}" in text, text[-4000:]
+    steps = _check_steps(log, [1, 2, 3])
     assert any(m["actor/grad_norm"] > 0 for m in steps.values()), "the actor never got a gradient"
-    assert any(k.startswith("val-core/") for k in steps[2]), f"no validation metrics at step 2: {sorted(steps[2])}"
-    print(f"\n[cpu-rl] sync run: wall {wall:.1f}s; {_timing(steps)}")
-    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
+    for step in (2, 3):  # validation at step 2 (before the kill) and at the last step of the resumed attempt
+        assert any(k.startswith("val-core/") for k in steps[step]), f"no validation at step {step}: {steps[step]}"
+    print(f"\n[cpu-rl] sync run killed after step 2 and restarted: wall {wall:.1f}s; {_timing(steps)}")
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
     for rank in (0, 1):
         assert (ckpt / "global_step_2" / "actor" / f"model_world_size_2_rank_{rank}.pt").is_file()
+    # the supervisor cleaned up the killed attempt: nothing of its process group (driver, local Ray head) is left
+    with pytest.raises(ProcessLookupError):
+        os.killpg(killed, 0)
 
-    wall = _run_ppo(
-        [*overrides, "trainer.total_training_steps=3", "trainer.resume_mode=auto"],
-        tmp_path / "resume.log",
-        assets["pythonpath"],
+
+def _driver_pid(marker: str) -> int | None:
+    """The main_ppo process whose command line names ``marker`` (this test's checkpoint folder)."""
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"verl.trainer.main_ppo" in cmdline and any(marker.encode() in word for word in cmdline):
+            return int(proc.name)
+    return None
+
+
+def _supervise_ppo(
+    overrides: list[str], log: Path, pythonpath: Path, ckpt: Path, kill_after: int, timeout: float = 600
+) -> tuple[float, int]:
+    """The trainer under the launcher's supervisor (``--max-restarts 1``); its driver is SIGKILLed once the
+    tracker names ``kill_after``. Returns the wall time and the killed driver's pid (its process group)."""
+    env = kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1")
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(pythonpath), str(SABOTAGE_DIR)])
+    command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
+    script = (
+        "import sys, os; from pathlib import Path; from recipes.launch import restart; "
+        f"sys.exit(restart.supervise({command!r}, os.environ, Path({str(ckpt)!r}), 1))"
     )
-    text = (tmp_path / "resume.log").read_text()
-    assert f"Resuming from {ckpt / 'global_step_2'}" in text, text[-4000:]
-    steps = _check_steps(tmp_path / "resume.log", [3])
-    assert any(k.startswith("val-core/") for k in steps[3]), f"no validation metrics at step 3: {sorted(steps[3])}"
-    print(f"[cpu-rl] sync resume run: wall {wall:.1f}s; {_timing(steps)}")
-    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
+    t0, killed = time.perf_counter(), None
+    with open(log, "w") as f:
+        proc = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=log.parent, stdout=f, stderr=f)
+        while proc.poll() is None and time.perf_counter() - t0 < timeout:
+            time.sleep(0.5)
+            tracker = ckpt / "latest_checkpointed_iteration.txt"
+            if killed is None and tracker.exists() and tracker.read_text().strip() == str(kill_after):
+                killed = _driver_pid(str(ckpt))
+                assert killed is not None, "the trainer's driver was not found"
+                os.kill(killed, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+    wall = time.perf_counter() - t0
+    assert killed is not None, f"the run never wrote checkpoint {kill_after}:\n{log.read_text()[-8000:]}"
+    assert proc.returncode == 0, f"supervised main_ppo failed (rc={proc.returncode}):\n{log.read_text()[-8000:]}"
+    return wall, killed
 
 
 SABOTAGE_DIR = REPO_ROOT / "tests" / "sabotage"  # test-only switches that break what a check guards

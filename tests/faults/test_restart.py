@@ -1,0 +1,128 @@
+"""``--max-restarts``: the supervisor relaunches a dead trainer resuming from its checkpoint, cleans up what the dead
+attempt left, gives up after N, and never answers the user's own Ctrl-C/SIGTERM with a restart.
+
+Real processes: ``fake_trainer.py`` keeps verl's checkpoint contract (tracker after the folder, ``resume_mode=auto``
+resumes after the tracker's step, ``step:N - ...`` console lines) and dies by SIGKILL, leaving a child behind as a
+local Ray head would. The real trainer under the same supervisor: tests/cpu/test_cpu_rl.py.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kit_testing import REPO_ROOT, kit_env
+
+from recipes.launch import restart
+
+FAKE = Path(__file__).with_name("fake_trainer.py")
+
+
+def _command(ckpt: Path, total: int, save: int, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        str(FAKE),
+        f"trainer.default_local_dir={ckpt}",
+        f"trainer.total_training_steps={total}",
+        f"trainer.save_freq={save}",
+        *extra,
+    ]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]
+
+
+def test_a_killed_trainer_resumes_from_its_checkpoint_and_its_leftovers_are_killed(tmp_path: Path) -> None:
+    ckpt, child_pid = tmp_path / "ckpt", tmp_path / "child.pid"
+    env = {**os.environ, "FAKE_DIE_AT": "5", "FAKE_MARKER": str(tmp_path / "died"), "FAKE_CHILD_PID": str(child_pid)}
+    log, out = io.StringIO(), io.StringIO()
+    command = _command(ckpt, 8, 3, "trainer.resume_mode=disable")
+    rc = restart.supervise(command, env, ckpt, max_restarts=2, log=log, out=out)
+    assert rc == 0, log.getvalue()
+    lines = log.getvalue()
+    # died in step 5: steps 1-4 ran, the checkpoint is step 3, so step 4 is lost work
+    assert "restart 1/2: trainer exited with status -9 after step 4; resuming from global_step_3 " in lines, lines
+    assert "(lost 1 steps of work)" in lines and "restart 2/2" not in lines
+    assert "attempt 2: rc 0, from global_step_3, last step 8" in lines
+    text = out.getvalue()
+    assert f"Resuming from {ckpt / 'global_step_3'}" in text  # resume_mode=disable was replaced by auto
+    steps = [int(line.split()[0].split(":")[1]) for line in text.splitlines() if line.startswith("step:")]
+    assert steps == [1, 2, 3, 4, 4, 5, 6, 7, 8]  # step 4 again: the one lost
+    assert restart.checkpoint_step(ckpt) == 6
+    pid = int(child_pid.read_text())
+    assert not _alive(pid), f"the dead attempt's child {pid} outlived the restart"
+
+
+def test_gives_up_after_max_restarts(tmp_path: Path) -> None:
+    log = io.StringIO()
+    env = {**os.environ, "FAKE_EXIT": "3"}
+    rc = restart.supervise(_command(tmp_path / "ckpt", 2, 1), env, tmp_path / "ckpt", 2, log=log, out=io.StringIO())
+    assert rc == 3
+    text = log.getvalue()
+    assert "restart 1/2" in text and "restart 2/2" in text and "giving up after 2 restart(s)" in text
+    assert text.count("  attempt ") == 3
+
+
+def test_no_restart_without_max_restarts(tmp_path: Path) -> None:
+    log = io.StringIO()
+    env = {**os.environ, "FAKE_EXIT": "3"}
+    assert restart.supervise(_command(tmp_path / "c", 1, 1), env, tmp_path / "c", 0, log=log, out=io.StringIO()) == 3
+    assert "restart 1" not in log.getvalue()
+
+
+def test_sigterm_to_the_supervisor_stops_the_trainer_without_a_restart(tmp_path: Path) -> None:
+    script = (
+        "import sys; from pathlib import Path; from recipes.launch import restart; "
+        f"sys.exit(restart.supervise({_command(tmp_path / 'ckpt', 100000, 1000)!r}, dict(__import__('os').environ), "
+        f"Path({str(tmp_path / 'ckpt')!r}), 3))"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], env=kit_env(), cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout.readline().startswith(b"step:1 ")
+    proc.send_signal(signal.SIGTERM)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - t0 < 15
+    assert proc.returncode != 0 and b"restart 1/3" not in err, err.decode()
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (["x", "a=1"], ["x", "a=1", "trainer.resume_mode=auto"]),
+        (["x", "trainer.resume_mode=disable", "a=1"], ["x", "a=1", "trainer.resume_mode=auto"]),
+        (["x", "+trainer.resume_mode=resume_path"], ["x", "trainer.resume_mode=auto"]),
+    ],
+)
+def test_restarts_always_resume_auto(command: list[str], expected: list[str]) -> None:
+    assert restart.with_resume_auto(command) == expected
+
+
+def test_step_lines_are_read_with_ray_prefixes() -> None:
+    assert restart.STEP_LINE.search("(TaskRunner pid=42) step:12 - actor/pg_loss:0.1").group(1) == "12"
+    assert restart.STEP_LINE.search("step:3").group(1) == "3"
+    assert restart.STEP_LINE.search("global_step:3 saved") is None
+    assert restart.STEP_LINE.search("Training Progress: step:3/10") is None
+
+
+def test_run_cli_checks_max_restarts_and_shows_it_in_the_dry_run() -> None:
+    base = [sys.executable, "-m", "recipes.launch", "run", "qwen3_4b_dapo", "--hw", "a3", "--no-path-check"]
+    bad = subprocess.run([*base, "--max-restarts", "-1"], env=kit_env(), cwd=REPO_ROOT, capture_output=True, text=True)
+    assert bad.returncode == 2 and "--max-restarts: must be 0 or more, got -1" in bad.stderr
+    dry = subprocess.run(
+        [*base, "--dry-run", "--max-restarts", "2"], env=kit_env(), cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert "restarts: up to 2, each resuming from the newest checkpoint in" in dry.stdout
