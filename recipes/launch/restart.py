@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TextIO
 
+from recipes.smoke.supervisor import kill_group  # one way to end a process group, shared with the smoke
+
 #: verl's console logger: ``step:12 - actor/pg_loss:... - ...`` (verl/utils/tracking.py, _ConsoleLogger).
 STEP_LINE = re.compile(r"(?:^|\s)step:(\d+)(?:\s+-|\s*$)")
 TRACKER = "latest_checkpointed_iteration.txt"
@@ -71,24 +73,11 @@ def _resume_mode(command: Sequence[str]) -> str:
     return modes[-1] if modes else "auto"  # verl's default (trainer/config/ppo_trainer.yaml)
 
 
-def _kill_group(proc: subprocess.Popen, sig: int) -> None:
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def clean_up(proc: subprocess.Popen) -> None:
-    """Stop what the attempt left in its process group (SIGTERM, then SIGKILL after :data:`GRACE_S`)."""
-    _kill_group(proc, signal.SIGTERM)
-    deadline = time.monotonic() + GRACE_S
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
-        time.sleep(0.2)
-    _kill_group(proc, signal.SIGKILL)
 
 
 class _Stop:
@@ -100,7 +89,7 @@ class _Stop:
     def __call__(self, signum: int, frame: object) -> None:
         self.requested = True
         if self.proc is not None:
-            _kill_group(self.proc, signum)
+            _signal_group(self.proc, signum)
 
 
 def _pass_through(stream: IO[bytes], out: TextIO, steps: list[int]) -> None:
@@ -116,7 +105,7 @@ def run_attempt(command: Sequence[str], env: Mapping[str, str], stop: _Stop, out
     """One trainer run, its output passed through to ``out``; returns (exit status, last step it logged).
 
     The output is read on a thread and the attempt ends when the trainer exits, not when its output closes: what
-    the trainer started (a local Ray head) holds the same pipe and may outlive it until :func:`clean_up`."""
+    the trainer started (a local Ray head) holds the same pipe and may outlive it until its group is killed."""
     steps: list[int] = []
     proc = subprocess.Popen(
         list(command), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
@@ -127,7 +116,7 @@ def run_attempt(command: Sequence[str], env: Mapping[str, str], stop: _Stop, out
     try:
         returncode = proc.wait()
     finally:
-        clean_up(proc)
+        kill_group(proc, GRACE_S)  # what the attempt left in its group: the local Ray head
         stop.proc = None
         # a process outside the group may still hold the pipe: stop waiting for it (closing the stream under the
         # blocked reader would wait for it too); the daemon reader ends when that process does

@@ -135,18 +135,36 @@ def popen_tied(
     )
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
 def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """SIGTERM to ``proc``'s whole process group, SIGKILL after ``grace_s``."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
+    """SIGTERM to ``proc``'s whole process group, SIGKILL after ``grace_s`` to whatever of it is left.
+
+    The group, not the leader, decides: the leader may be gone already (a trainer killed by a fault) while what it
+    started (a local Ray head) still runs in its group."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _group_alive(proc.pid):
+        os.killpg(proc.pid, signal.SIGKILL)
         try:
             proc.wait(timeout=grace_s)
-            return
         except subprocess.TimeoutExpired:
-            continue
+            pass
 
 
 def run_logged(

@@ -140,9 +140,15 @@ def _common_overrides(assets: dict[str, Path], ckpt: Path) -> list[str]:
     ]
 
 
-def _run_ppo(overrides: list[str], log: Path, pythonpath: Path, timeout: float = 420, **env_extra: str) -> float:
+def _ppo_env(pythonpath: Path, **env_extra: str) -> dict[str, str]:
+    """What main_ppo runs with here: the kit's environment, the test's tool/reward folder and the sabotage switches."""
     env = kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", **env_extra)
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(pythonpath), str(SABOTAGE_DIR)])
+    return env
+
+
+def _run_ppo(overrides: list[str], log: Path, pythonpath: Path, timeout: float = 420, **env_extra: str) -> float:
+    env = _ppo_env(pythonpath, **env_extra)
     t0 = time.perf_counter()
     with open(log, "w") as f:
         proc = subprocess.run(
@@ -229,8 +235,7 @@ def _supervise_ppo(
 ) -> tuple[float, int]:
     """The trainer under the launcher's supervisor (``--max-restarts 1``); its driver is SIGKILLed once the
     tracker names ``kill_after``. Returns the wall time and the killed driver's pid (its process group)."""
-    env = kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1")
-    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(pythonpath), str(SABOTAGE_DIR)])
+    env = _ppo_env(pythonpath)
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     script = (
         "import sys, os; from pathlib import Path; from recipes.launch import restart; "
