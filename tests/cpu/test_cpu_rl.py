@@ -3,9 +3,11 @@ verl's vLLM async server (vLLM's CPU build), the engine NPU and GPU runs use.
 
 (a) sync: ``rollout.name=hf rollout.mode=sync``, 2 FSDP2 worker processes (``trainer.n_gpus_per_node=2`` counts
     processes on CPU), KL loss (so a ref model is built), 3 steps under the launcher's restart supervisor
-    (``--max-restarts 1``, recipes/launch/restart.py); the driver is SIGKILLed once the step-2 checkpoint is complete,
-    and the supervisor cleans up and relaunches it with ``trainer.resume_mode=auto``, which resumes from step 2 and
-    does step 3 (issue 20, fault (a)). The hf rollout stays the fallback where vLLM cannot install.
+    (``--max-restarts 2``, recipes/launch/restart.py), two faults injected (issue 20): once checkpoint 1 is complete
+    an FSDP worker actor is SIGKILLed, and the driver must exit non-zero within a bound naming the dead actor (fault
+    (f)); once checkpoint 2 is complete the driver itself is SIGKILLed (fault (a)). Each time the supervisor cleans
+    up and relaunches with ``trainer.resume_mode=auto``, which resumes from the newest checkpoint; the run ends at
+    step 3. The hf rollout stays the fallback where vLLM cannot install.
 (b) async: ``rollout.mode=async`` with the agent loop (``tool_agent``, hermes format, a native tool), remove-padding
     and rollout log-probs, 2 steps, the rollout engine the cpu platform picks (vLLM; 2 replicas, one per rank). A
     random tiny model never emits a tool call, so tool execution itself is not exercised here (only the
@@ -27,6 +29,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -184,7 +187,7 @@ def _timing(steps: dict[int, dict[str, float]]) -> str:
     )
 
 
-def test_sync_grpo_killed_after_a_checkpoint_restarts_and_resumes(assets: dict[str, Path], tmp_path: Path) -> None:
+def test_sync_grpo_survives_a_killed_worker_and_a_killed_driver(assets: dict[str, Path], tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     overrides = [
         *_common_overrides(assets, ckpt),
@@ -194,69 +197,121 @@ def test_sync_grpo_killed_after_a_checkpoint_restarts_and_resumes(assets: dict[s
         "actor_rollout_ref.rollout.mode=sync",
         "actor_rollout_ref.actor.use_kl_loss=True",
         "actor_rollout_ref.actor.kl_loss_coef=0.001",
-        "trainer.save_freq=2",
+        "trainer.save_freq=1",
         # validation (greedy hf generation of the 8 prompts) at step 2 and at the last step of the resumed run
         "trainer.test_freq=2",
     ]
 
-    # one supervised run of 3 steps (--max-restarts 1), its driver SIGKILLed once the step-2 checkpoint is complete
+    # one supervised run of 3 steps (--max-restarts 2): an FSDP worker is SIGKILLed once checkpoint 1 is complete,
+    # then the driver once checkpoint 2 is
     log = tmp_path / "sync.log"
-    wall, killed = _supervise_ppo([*overrides, "trainer.total_training_steps=3"], log, assets["pythonpath"], ckpt, 2)
+    faults = _supervise_ppo([*overrides, "trainer.total_training_steps=3"], log, assets["pythonpath"], ckpt)
     text = log.read_text()
-    assert "restart 1/1: trainer exited with status -9" in text and "resuming from global_step_2" in text, text[-4000:]
-    assert f"Resuming from {ckpt / 'global_step_2'}" in text, text[-4000:]
+    worker_fault, driver_fault = faults
+    # fault (f): the dead worker ends the driver with an error naming the actor, within the bound
+    assert worker_fault.driver_exit_s is not None and worker_fault.driver_exit_s < WORKER_DEATH_BOUND_S, (
+        f"the driver was still running {WORKER_DEATH_BOUND_S} s after its worker was killed:\n{text[-4000:]}"
+    )
+    assert "ActorDiedError" in text and "WorkerDict" in text, text[-4000:]
+    assert "restart 1/2: trainer exited with status 1" in text and "resuming from global_step_1" in text, text[-4000:]
+    # fault (a): the driver itself killed after checkpoint 2
+    assert "restart 2/2: trainer exited with status -9" in text and "resuming from global_step_2" in text, text[-4000:]
+    for step in (1, 2):
+        assert f"Resuming from {ckpt / f'global_step_{step}'}" in text, text[-4000:]
     steps = _check_steps(log, [1, 2, 3])
     assert any(m["actor/grad_norm"] > 0 for m in steps.values()), "the actor never got a gradient"
-    for step in (2, 3):  # validation at step 2 (before the kill) and at the last step of the resumed attempt
-        assert any(k.startswith("val-core/") for k in steps[step]), f"no validation at step {step}: {steps[step]}"
-    print(f"\n[cpu-rl] sync run killed after step 2 and restarted: wall {wall:.1f}s; {_timing(steps)}")
+    assert any(k.startswith("val-core/") for k in steps[3]), f"no validation at the last step: {steps[3]}"
+    print(
+        f"\n[cpu-rl] sync run, worker killed after step 1 (driver out in {worker_fault.driver_exit_s:.1f} s), "
+        f"driver killed after step 2: wall {worker_fault.wall_s:.1f}s; {_timing(steps)}"
+    )
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
     for rank in (0, 1):
-        assert (ckpt / "global_step_2" / "actor" / f"model_world_size_2_rank_{rank}.pt").is_file()
-    # the supervisor cleaned up the killed attempt: nothing of its process group (driver, local Ray head) is left
-    with pytest.raises(ProcessLookupError):
-        os.killpg(killed, 0)
+        assert (ckpt / "global_step_3" / "actor" / f"model_world_size_2_rank_{rank}.pt").is_file()
+    # the supervisor cleaned up each dead attempt: nothing of its process group (driver, local Ray head) is left
+    for fault in faults:
+        with pytest.raises(ProcessLookupError):
+            os.killpg(fault.driver, 0)
 
 
-def _driver_pid(marker: str) -> int | None:
-    """The main_ppo process whose command line names ``marker`` (this test's checkpoint folder)."""
+WORKER_DEATH_BOUND_S = 90  # kill of an FSDP worker -> the driver process is gone (Ray reports the actor dead at once)
+
+
+@dataclass
+class Fault:
+    """One process killed during a supervised run: which driver ran then, and how long it outlived the kill."""
+
+    after_step: int
+    target: str  # "worker": an FSDP worker actor (WorkerDict); "driver": main_ppo itself
+    driver: int = 0
+    killed_at: float = 0.0
+    driver_exit_s: float | None = None
+    wall_s: float = 0.0
+
+
+def _processes_of_run(marker: str) -> list[tuple[int, list[bytes]]]:
+    """(pid, argv) of every process started for this run (they inherit ``KIT_FAULT_RUN=marker``)."""
+    found = []
     for proc in Path("/proc").iterdir():
         try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
             cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
+        except (OSError, ValueError):
             continue
-        if b"verl.trainer.main_ppo" in cmdline and any(marker.encode() in word for word in cmdline):
-            return int(proc.name)
-    return None
+        if f"KIT_FAULT_RUN={marker}".encode() in environ:
+            found.append((int(proc.name), cmdline))
+    return found
 
 
-def _supervise_ppo(
-    overrides: list[str], log: Path, pythonpath: Path, ckpt: Path, kill_after: int, timeout: float = 600
-) -> tuple[float, int]:
-    """The trainer under the launcher's supervisor (``--max-restarts 1``); its driver is SIGKILLed once the
-    tracker names ``kill_after``. Returns the wall time and the killed driver's pid (its process group)."""
-    env = _ppo_env(pythonpath)
+def _victim(marker: str, target: str) -> tuple[int, int]:
+    """(pid to kill, driver pid): the run's main_ppo driver, or one of its FSDP worker actors."""
+    procs = _processes_of_run(marker)
+    drivers = [pid for pid, argv in procs if b"verl.trainer.main_ppo" in argv]
+    workers = [pid for pid, argv in procs if argv and argv[0].startswith(b"ray::WorkerDict")]
+    assert len(drivers) == 1 and workers, f"driver {drivers}, workers {workers} in {procs}"
+    return (drivers[0] if target == "driver" else workers[-1]), drivers[0]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+def _supervise_ppo(overrides: list[str], log: Path, pythonpath: Path, ckpt: Path, timeout: float = 600) -> list[Fault]:
+    """The trainer under the launcher's supervisor (``--max-restarts 2``); an FSDP worker is SIGKILLed once the
+    tracker names step 1, the driver once it names step 2. Returns the two faults as they happened."""
+    env = _ppo_env(pythonpath, KIT_FAULT_RUN=str(ckpt))
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     script = (
         "import sys, os; from pathlib import Path; from recipes.launch import restart; "
-        f"sys.exit(restart.supervise({command!r}, os.environ, Path({str(ckpt)!r}), 1))"
+        f"sys.exit(restart.supervise({command!r}, os.environ, Path({str(ckpt)!r}), 2))"
     )
-    t0, killed = time.perf_counter(), None
+    faults, pending = [], [Fault(1, "worker"), Fault(2, "driver")]
+    t0, tracker = time.perf_counter(), ckpt / "latest_checkpointed_iteration.txt"
     with open(log, "w") as f:
         proc = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=log.parent, stdout=f, stderr=f)
         while proc.poll() is None and time.perf_counter() - t0 < timeout:
             time.sleep(0.5)
-            tracker = ckpt / "latest_checkpointed_iteration.txt"
-            if killed is None and tracker.exists() and tracker.read_text().strip() == str(kill_after):
-                killed = _driver_pid(str(ckpt))
-                assert killed is not None, "the trainer's driver was not found"
-                os.kill(killed, signal.SIGKILL)
+            for fault in faults:
+                if fault.driver_exit_s is None and not _alive(fault.driver):
+                    fault.driver_exit_s = time.perf_counter() - fault.killed_at
+            if pending and tracker.exists() and tracker.read_text().strip() == str(pending[0].after_step):
+                fault = pending.pop(0)
+                victim, fault.driver = _victim(str(ckpt), fault.target)
+                os.kill(victim, signal.SIGKILL)
+                fault.killed_at = time.perf_counter()
+                faults.append(fault)
         if proc.poll() is None:
             proc.kill()
     wall = time.perf_counter() - t0
-    assert killed is not None, f"the run never wrote checkpoint {kill_after}:\n{log.read_text()[-8000:]}"
+    assert not pending, f"the run never wrote checkpoint {pending[0].after_step}:\n{log.read_text()[-8000:]}"
     assert proc.returncode == 0, f"supervised main_ppo failed (rc={proc.returncode}):\n{log.read_text()[-8000:]}"
-    return wall, killed
+    for fault in faults:
+        fault.wall_s = wall
+    return faults
 
 
 SABOTAGE_DIR = REPO_ROOT / "tests" / "sabotage"  # test-only switches that break what a check guards
