@@ -1,14 +1,15 @@
 """``retool-bundle``: carry everything a ReTool run reads to an offline cluster, as one checked directory.
 
     retool-bundle create --out DIR [--model Qwen/Qwen3-4B-Instruct-2507] [--image TAG] [--no-wheels]   # connected
-    retool-bundle install --from DIR [--data-dir ~/data/retool] [--models-dir ~/models] [--pip]      # offline
+    retool-bundle install --from DIR [--data-dir ~/data/retool] [--models-dir ~/models] [--pip] [--force]  # offline
 
 Why: Atlas clusters are often offline, and a run needs three datasets, a model snapshot, the kit's pinned wheels
 and the image; fetched one by one they fail late (``retool-prepare`` on a hub id, pip without an index). ``create``
 gathers them with a ``MANIFEST.json`` (sha256 and size of every file); ``install`` verifies every checksum first,
 then writes the recipes' default inputs: the three parquet files under the data dir with the names the launcher
 reads (recipes/launch/catalog.py), the model under the models dir (recipes/launch/inputs.py
-``default_model_path``), ``docker load`` of saved images, and with ``--pip`` the wheels without an index.
+``default_model_path``), ``docker load`` of saved images, and with ``--pip`` the wheels without an index. Data files
+and a model folder that already exist are the user's: left as they are unless ``--force``.
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ def create(
     download: Download = hub_download,
     run: Run = run_command,
 ) -> dict:
+    if out.exists() and not out.is_dir():
+        raise BundleError(f"--out {out} is a file: give a new folder")
     if out.exists() and any(out.iterdir()):
         raise BundleError(f"--out {out} is not empty: give a new folder")
     for _, repo, _ in DATASETS:
@@ -116,11 +119,32 @@ def create(
     return manifest
 
 
-def verify(bundle: Path) -> dict:
+def read_manifest(bundle: Path) -> dict:
+    """The bundle's manifest, checked for the keys ``install`` reads: a damaged one is a BundleError, not a
+    JSONDecodeError/KeyError/TypeError traceback (issue 21, finding 5)."""
     path = bundle / MANIFEST
     if not path.is_file():
         raise BundleError(f"{path} is missing: not a bundle made by retool-bundle create (or not copied whole)")
-    manifest = json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise BundleError(f"{path} cannot be read ({type(exc).__name__}: {exc}): copy the bundle again") from None
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    datasets = manifest.get("datasets") if isinstance(manifest, dict) else None
+    well_formed = (
+        isinstance(files, dict)
+        and all(isinstance(e, dict) and {"sha256", "bytes"} <= e.keys() for e in files.values())
+        and isinstance(datasets, dict)
+        and all(isinstance(datasets.get(command), str) for command, _, _ in DATASETS)
+        and isinstance(manifest.get("model"), str)
+    )
+    if not well_formed:
+        raise BundleError(f"{path} is not a retool-bundle manifest (files, datasets, model): copy the bundle again")
+    return manifest
+
+
+def verify(bundle: Path) -> dict:
+    manifest = read_manifest(bundle)
     for name, entry in manifest["files"].items():
         file = bundle / name
         if not file.is_file():
@@ -131,33 +155,43 @@ def verify(bundle: Path) -> dict:
     return manifest
 
 
-def install(bundle: Path, data_dir: Path, models_dir: Path, pip: bool, run: Run = run_command) -> None:
-    manifest = verify(bundle)
+def _prepare_data(bundle: Path, manifest: dict, data_dir: Path, force: bool, run: Run) -> None:
+    """The three parquet files; one that exists is the user's and stays unless ``force`` (issue 21, finding 1)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     for command, _, parquet in DATASETS:
+        output = data_dir / parquet
+        if output.exists() and not force:
+            say(f"data {output} exists: left as it is (--force replaces it)")
+            continue
         source = bundle / "datasets" / manifest["datasets"][command]
-        run(
-            [
-                sys.executable,
-                "-m",
-                "recipes.retool.prepare",
-                command,
-                "--input",
-                str(source),
-                "--output",
-                str(data_dir / parquet),
-            ]
-        )
-    model = models_dir / manifest["model"]
+        run([sys.executable, "-m", "recipes.retool.prepare", command, "--input", str(source), "--output", str(output)])
+
+
+def _place_model(source: Path, model: Path, force: bool) -> None:
+    """Copy the model; an existing folder stays unless ``force``, then it is replaced only once the copy is whole."""
+    if model.exists() and not force:
+        say(f"model {model} exists: left as it is (--force replaces it)")
+        return
+    say(f"model -> {model}")
+    staging = model.with_name(f".{model.name}.installing")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging)
     if model.exists():
-        say(f"model {model} exists: left as it is")
-    else:
-        say(f"model -> {model}")
-        shutil.copytree(bundle / "models" / manifest["model"], model)
+        shutil.rmtree(model)
+    staging.rename(model)
+
+
+def install(
+    bundle: Path, data_dir: Path, models_dir: Path, pip: bool, run: Run = run_command, force: bool = False
+) -> None:
+    manifest = verify(bundle)
+    _prepare_data(bundle, manifest, data_dir, force, run)
+    _place_model(bundle / "models" / manifest["model"], models_dir / manifest["model"], force)
     for tar in sorted((bundle / "images").glob("*.tar")):
         run(["docker", "load", "-i", str(tar)])
     if pip and (bundle / "wheels").is_dir():
         wheels = bundle / "wheels"
+        constraints = str(wheels / "constraints.txt")
         run(
             [
                 sys.executable,
@@ -168,7 +202,7 @@ def install(bundle: Path, data_dir: Path, models_dir: Path, pip: bool, run: Run 
                 "--find-links",
                 str(wheels),
                 "-c",
-                str(wheels / "constraints.txt"),
+                constraints,
                 *_pins(),
             ]
         )
@@ -194,6 +228,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--models-dir", type=Path, default=Path(os.path.expanduser(DEFAULT_MODELS_DIR)), help="default %(default)s"
     )
     i.add_argument("--pip", action="store_true", help="also pip install the bundled wheels into this Python, no index")
+    i.add_argument(
+        "--force",
+        action="store_true",
+        help="replace data files and a model folder that exist (default: left as they are)",
+    )
     return parser
 
 
@@ -203,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "create":
             create(args.out, args.model, args.image, not args.no_wheels)
         else:
-            install(args.bundle, args.data_dir, args.models_dir, args.pip)
+            install(args.bundle, args.data_dir, args.models_dir, args.pip, force=args.force)
     except BundleError as exc:
         say(f"error: {exc}")
         return 2

@@ -71,3 +71,71 @@ def test_create_asks_for_wheels_and_images_and_refuses_a_used_folder(tmp_path: P
     assert docker[:3] == ["docker", "save", "retool-npu-kit:v0.11.0-a3"]
     assert (out / "models" / "Qwen2.5-32B-Instruct" / "config.json").is_file()
     assert bundle.main(["create", "--out", str(out), "--no-wheels"]) == 2  # not empty: nothing overwritten
+
+
+def _install_cli(out: Path, data_dir: Path, models_dir: Path, *extra: str) -> int:
+    return bundle.main(
+        ["install", "--from", str(out), "--data-dir", str(data_dir), "--models-dir", str(models_dir), *extra]
+    )
+
+
+def test_install_keeps_the_users_files_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out, data_dir, models_dir = tmp_path / "bundle", tmp_path / "data", tmp_path / "models"
+    bundle.create(out, bundle.DEFAULT_MODEL, [], wheels=False, download=fake_hub, run=lambda argv: None)
+    mine = data_dir / "retool_sft.parquet"
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"the user's own SFT data")
+    model = models_dir / "Qwen3-4B-Instruct-2507"
+    (model / "weights").mkdir(parents=True)
+    assert _install_cli(out, data_dir, models_dir) == 0
+    assert mine.read_bytes() == b"the user's own SFT data"
+    assert not (model / "config.json").exists() and (model / "weights").is_dir()
+    assert pq.read_metadata(data_dir / "aime_2025.parquet").num_rows > 0  # what did not exist was written
+    err = capsys.readouterr().err
+    assert f"data {mine} exists: left as it is (--force replaces it)" in err, err
+    assert f"model {model} exists: left as it is" in err, err
+
+    assert _install_cli(out, data_dir, models_dir, "--force") == 0
+    assert pq.read_metadata(mine).num_rows > 0
+    assert (model / "config.json").is_file() and not (model / "weights").exists()
+    assert sorted(p.name for p in models_dir.iterdir()) == ["Qwen3-4B-Instruct-2507"]  # no staging folder left
+
+
+def test_install_refuses_a_damaged_bundle_before_writing_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out, data_dir, models_dir = tmp_path / "bundle", tmp_path / "data", tmp_path / "models"
+    bundle.create(out, bundle.DEFAULT_MODEL, [], wheels=False, download=fake_hub, run=lambda argv: None)
+    target = out / "datasets" / "aime_2025" / "train.jsonl"
+    target.write_text(target.read_text().replace("70", "71"))
+    assert _install_cli(out, data_dir, models_dir) == 2
+    assert "does not match its checksum" in capsys.readouterr().err
+    assert not data_dir.exists() and not models_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("manifest", "reason"),
+    [
+        ('{"files": {', "cannot be read (JSONDecodeError"),
+        ("[]", "is not a retool-bundle manifest"),
+        ("{}", "is not a retool-bundle manifest"),
+        ('{"files": {"a": 1}, "datasets": {}, "model": "m"}', "is not a retool-bundle manifest"),
+    ],
+)
+def test_a_damaged_manifest_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture, manifest: str, reason: str
+) -> None:
+    out = tmp_path / "bundle"
+    out.mkdir()
+    (out / bundle.MANIFEST).write_text(manifest)
+    assert _install_cli(out, tmp_path / "data", tmp_path / "models") == 2
+    err = capsys.readouterr().err
+    assert reason in err and "Traceback" not in err, err
+    assert not (tmp_path / "data").exists()
+
+
+def test_create_refuses_a_file_as_out(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "notes.txt"
+    out.write_text("keep me")
+    assert bundle.main(["create", "--out", str(out), "--no-wheels"]) == 2
+    assert "is a file" in capsys.readouterr().err and out.read_text() == "keep me"
