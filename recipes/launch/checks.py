@@ -163,3 +163,45 @@ def check_reward_kwargs(cfg: DictConfig) -> list[str]:
         f"custom_reward_function.reward_kwargs.{problem}"
         for problem in reward_kwargs_problems(kwargs, unknown_keys=True)
     ]
+
+
+#: Whole numbers the planner does arithmetic on, by phase, with their least valid value (issue 21, findings 2-3:
+#: ``data.train_batch_size=0`` divided by zero in budget.py, ``=abc`` ended in a ValueError traceback).
+COUNT_KEYS: dict[str, tuple[tuple[str, int], ...]] = {
+    "common": (
+        ("trainer.nnodes", 1),
+        ("trainer.n_gpus_per_node", 1),
+        ("trainer.total_epochs", 1),
+        ("trainer.save_freq", -1),
+        ("trainer.test_freq", -1),
+        ("data.train_batch_size", 1),
+    ),
+    "rl": (
+        ("data.max_prompt_length", 1),
+        ("data.max_response_length", 1),
+        ("actor_rollout_ref.rollout.n", 1),
+        ("actor_rollout_ref.rollout.tensor_model_parallel_size", 1),
+        ("actor_rollout_ref.actor.ppo_mini_batch_size", 1),
+        ("actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1),
+    ),
+    "sft": (("data.micro_batch_size_per_gpu", 1), ("ulysses_sequence_parallel_size", 1)),
+}
+
+
+def bad_counts(cfg: DictConfig, phase: str) -> list[str]:
+    """Each count that is not a whole number at or above its least value, named with the value it has; checked before
+    any arithmetic uses it, in the dry run and the real launch alike (both build the same plan)."""
+    errors = []
+    for key, least in COUNT_KEYS["common"] + COUNT_KEYS[phase]:
+        value = OmegaConf.select(cfg, key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int):
+            try:
+                value = int(str(value), 10)
+            except ValueError:
+                errors.append(f"{key}={value!r} must be a whole number")
+                continue
+        if value < least:
+            errors.append(f"{key}={value} must be at least {least}")
+    return errors

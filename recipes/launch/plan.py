@@ -184,6 +184,9 @@ def build(
         return plan
     plan.inputs = [_effective(item, plan.cfg, user_keys) for item in plan.inputs]
     plan.rows_in_train = paths.parquet_rows(_as_list(plan.cfg.data.train_files))
+    plan.errors += checks.bad_counts(plan.cfg, recipe.phase)
+    if plan.errors:  # a count the arithmetic below would divide by or fail to parse: report it alone
+        return plan
     _validate(plan)
     _check_budget(plan, path_check)
     _check_memory(plan)

@@ -339,3 +339,28 @@ def test_launch_mode_prints_the_command_one_argument_per_line(
     assert lines[3:6] == ["-m", "torch.distributed.run", "--standalone"]
     assert lines[-1] == "optim.lr=2e-5" and f"trainer.default_local_dir={ckpt}" in lines
     assert "steps/epoch:" in captured.err  # the table goes to stderr in this mode
+
+
+@pytest.mark.parametrize(
+    ("recipe", "override", "error"),
+    [
+        ("qwen3_4b_dapo", "data.train_batch_size=0", "data.train_batch_size=0 must be at least 1"),
+        ("qwen3_4b_dapo", "data.train_batch_size=abc", "data.train_batch_size='abc' must be a whole number"),
+        ("qwen3_4b_dapo", "trainer.total_epochs=abc", "trainer.total_epochs='abc' must be a whole number"),
+        ("qwen3_4b_dapo", "actor_rollout_ref.rollout.n=0", "actor_rollout_ref.rollout.n=0 must be at least 1"),
+        ("qwen3_4b_sft", "data.micro_batch_size_per_gpu=-2", "data.micro_batch_size_per_gpu=-2 must be at least 1"),
+    ],
+)
+def test_counts_the_plan_divides_by_are_checked_before_any_arithmetic(
+    recipe: str, override: str, error: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Issue 21, findings 2-3: ZeroDivisionError in budget.py and ValueError in report.py, before this check."""
+    data = tmp_path / "rows.parquet"  # real rows, so the step arithmetic runs (it is skipped without data)
+    import pandas as pd
+
+    pd.DataFrame({"prompt": ["p"] * 64}).to_parquet(data)
+    files = [f"data.train_files={data}", f"data.val_files={data}"]
+    rc = cli.main(["plan", "--recipe", recipe, "--hw", "a3", "--dry-run", "--no-path-check", "--", *files, override])
+    captured = capsys.readouterr()
+    assert rc == cli.EXIT_FAILED, captured
+    assert f"error: {error}" in captured.out + captured.err and "Traceback" not in captured.out + captured.err
