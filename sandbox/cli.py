@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 from sandbox.bench_burst import add_burst_options
+from sandbox.keepalive import BACKOFF_S, MAX_DEATHS, WINDOW_S, run_keep_alive
 from sandbox.settings import DEFAULT_PRELOAD, SandboxSettings
 
 log = logging.getLogger("sandbox")
@@ -122,6 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a host file or directory request code may read, on top of the filesystem allowlist (repeatable)",
     )
     serve.add_argument("--log-level", default="info", help="uvicorn/sandbox log level (default %(default)s)")
+    serve.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help=f"run the server as the child of a supervisor that restarts it on the same port {BACKOFF_S:g} s after "
+        "it dies (killed by a signal or a non-zero exit); gives up when it dies more than "
+        f"{MAX_DEATHS} times within {WINDOW_S:g} s; SIGTERM/SIGINT stop both, without a restart. In-flight requests "
+        "of a server that dies get no answer (the kit's tool reports them as sandbox errors)",
+    )
 
     bench = sub.add_parser("bench", help="load-test a SandboxFusion-compatible /run_code URL")
     bench.add_argument("--url", default="http://127.0.0.1:8080/run_code", help="default %(default)s")
@@ -226,7 +235,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
+    if args.command == "serve" and args.keep_alive:
+        return run_keep_alive(argv, args.host, args.port)
     if args.command == "serve":
         return _serve(args)
     from sandbox.bench import run_bench_cli

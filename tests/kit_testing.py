@@ -319,3 +319,15 @@ def vllm_server(model: Path, overrides: list[str]) -> Iterator[object]:
         loop.close()
         if ray.is_initialized():
             ray.shutdown()
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live direct children of ``pid`` (from /proc), e.g. the server under a ``serve --keep-alive`` supervisor."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                if int(stat[1]) == pid and stat[0] != "Z":
+                    found.append(int(entry))
+    return found

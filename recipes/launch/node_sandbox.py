@@ -8,7 +8,9 @@ reads "sandbox unavailable" (issue 14, finding 1). One sandbox per node on the s
 everywhere and keeps its HTTP API off the network.
 
 The sandbox runs detached (its own session) with its log and pid file in a run directory on the node's local disk
-(``/tmp``, not a shared home: every node keeps its own), and ``stop`` ends exactly the process recorded there.
+(``/tmp``, not a shared home: every node keeps its own), and ``stop`` ends exactly the process group recorded there.
+It runs as ``serve --keep-alive``: the recorded pid is a supervisor that restarts the server on the same port when
+it is killed mid-run (issue 20 fault e; ``sandbox/keepalive.py``), and the group ``stop`` ends holds both.
 """
 
 from __future__ import annotations
@@ -57,7 +59,19 @@ class NodeSandbox:
 
     @property
     def command(self) -> list[str]:
-        return [self.python, "-m", "sandbox", "serve", "--host", HOST, "--port", str(self.port), *self.extra_args]
+        # --keep-alive: a supervisor (the recorded pid) restarts a server that gets killed (sandbox/keepalive.py)
+        return [
+            self.python,
+            "-m",
+            "sandbox",
+            "serve",
+            "--keep-alive",
+            "--host",
+            HOST,
+            "--port",
+            str(self.port),
+            *self.extra_args,
+        ]
 
     @property
     def pid_file(self) -> Path:

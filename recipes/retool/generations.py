@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recipes.retool.tool_output import outcome
+from recipes.retool.tool_output import response_outcomes
 
 INPUT_KEYS = ("input", "prompt", "question", "problem")
 OUTPUT_KEYS = ("output", "response", "generation", "completion")
 TRUTH_KEYS = ("gts", "ground_truth", "answer", "gt")
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-_TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)(?:</tool_response>|$)", re.DOTALL)
 
 
 def parse_tool_calls(text: str, tool_name: str | None = None) -> tuple[int, int]:
@@ -85,7 +84,7 @@ def _as_bool(value: Any) -> bool:
 
 
 def _tool_stats(response: str) -> dict[str, int]:
-    outcomes = [outcome(text) for text in _TOOL_RESPONSE.findall(response)]
+    outcomes = response_outcomes(response)
     return {
         "tool_responses": len(outcomes),
         "code_errors": outcomes.count("code_error"),

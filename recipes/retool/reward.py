@@ -25,6 +25,11 @@ were measured with.
 
 The result is a dict so verl logs accuracy (``acc``, ``acc_strict``) and tool use (``tool_rounds``, ``used_tool``)
 apart from the shaped ``score``; every key is present on every call (verl stacks them across the batch).
+``tool_failures`` counts the response's interpreter outputs that are sandbox failures (``[sandbox error: …]``,
+``[sandbox unavailable: …]``, ``[invalid call: …]``; :func:`recipes.retool.tool_output.sandbox_failures`, the one
+reader of those notes): verl 0.6.1's ToolAgentLoop drops the tool's own metrics
+(``verl/experimental/agent_loop/tool_agent_loop.py`` L442, ``res`` unused), so the rollout text is where a dead
+sandbox shows; the kit's verl patch 0022 logs it per training step as ``reward_extra/tool_failures/mean``.
 
 verl loads this file by path under the module name ``custom_module``, so the kit's package may not be importable
 yet; the kit root is put on ``sys.path`` in that case (Ray workers need it for the tool class anyway).
@@ -43,11 +48,13 @@ from typing import Any
 try:
     from recipes.retool.answer import canonical, extract_answer
     from recipes.retool.strict import strict_verdict
+    from recipes.retool.tool_output import sandbox_failures
     from recipes.retool.verify import judge
 except ImportError:  # loaded by file path from a process without the kit on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from recipes.retool.answer import canonical, extract_answer
     from recipes.retool.strict import strict_verdict
+    from recipes.retool.tool_output import sandbox_failures
     from recipes.retool.verify import judge
 
 logger = logging.getLogger(__name__)
@@ -198,6 +205,7 @@ def compute_score(
         "tool_rounds": tool_rounds,
         "used_tool": tool_rounds > 0,
         "num_turns": num_turns,
+        "tool_failures": sandbox_failures(text),
         "verifier": method,
     }
 

@@ -2,15 +2,22 @@
 
 Why not verl's ``sandbox_fusion`` helpers: they fold timeouts, sandbox errors and unreachable servers into one
 "no stdout here" and drop the partial output of a timed-out run. This client keeps every outcome apart
-(:class:`SandboxResult.kind`), retries only what is worth retrying (HTTP 429/502/503/504 and refused or reset
-connections, with exponential backoff; never a run that may have executed), and keeps one keep-alive connection
-per thread. It uses only the standard library and ignores ``HTTP(S)_PROXY``: the sandbox is an internal service.
+(:class:`SandboxResult.kind`), retries only what is worth retrying (HTTP 429/502/503/504 and connections refused or
+reset before the request was sent, with exponential backoff; never a run that may have executed), and keeps one
+keep-alive connection per thread. It uses only the standard library and ignores ``HTTP(S)_PROXY``: the sandbox is an
+internal service.
+
+A connection the server drops after it got the request (the server was killed mid-run; ``serve --keep-alive``
+restarts it) is a ``sandbox_error`` at once, not a retry: the code may have run, and it may be what killed the
+server, so running it again could crash the restarted one too (``tests/retool/test_sandbox_restart.py``).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import select
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,6 +41,19 @@ class SandboxResult:
     latency_s: float = 0.0
     retries: int = 0
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+class DroppedMidRun(Exception):
+    """The server closed the connection after it had the whole request: the code may have run."""
+
+
+def _stale(sock: socket.socket) -> bool:
+    """An idle keep-alive socket with something to read has been closed by the server (EOF) or is out of step."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 def run_code_url(url: str) -> str:
@@ -128,24 +148,36 @@ class SandboxClient:
             conn.close()
 
     def _post_once(self, body: bytes, timeout: float) -> tuple[int, bytes]:
-        """One POST; a keep-alive connection the server already closed is reopened once, transparently."""
+        """One POST. A keep-alive connection the server closed while idle is replaced before sending (and, if the
+        close races the send, reopened once); a drop after the request was sent raises :class:`DroppedMidRun`."""
         for attempt in range(2):
             conn = self._connection(timeout)
+            if conn.sock is not None and _stale(conn.sock):
+                self._drop_connection()
+                conn = self._connection(timeout)
             reused = conn.sock is not None
             try:
                 conn.request("POST", self._path, body=body, headers={"Content-Type": "application/json"})
-                response = conn.getresponse()
-                data = response.read()
-                if response.will_close:
-                    self._drop_connection()
-                return response.status, data
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 self._drop_connection()
                 if not reused or attempt:
                     raise
+                continue
             except BaseException:
                 self._drop_connection()
                 raise
+            try:
+                response = conn.getresponse()
+                data = response.read()
+            except (http.client.RemoteDisconnected, http.client.IncompleteRead, ConnectionResetError) as exc:
+                self._drop_connection()
+                raise DroppedMidRun(f"{type(exc).__name__}: {exc}") from exc
+            except BaseException:
+                self._drop_connection()
+                raise
+            if response.will_close:
+                self._drop_connection()
+            return response.status, data
         raise AssertionError("unreachable")
 
     def run(self, code: str, run_timeout_s: float | None = None) -> SandboxResult:
@@ -165,6 +197,14 @@ class SandboxClient:
                 return SandboxResult(
                     "unavailable",
                     message=f"no answer from the sandbox within {http_timeout:g} s",
+                    latency_s=time.monotonic() - start,
+                    retries=attempt,
+                )
+            except DroppedMidRun as exc:
+                return SandboxResult(
+                    "sandbox_error",
+                    message=f"the sandbox closed the connection while running the code ({exc}); it crashed or was "
+                    "restarted, and the code is not run again",
                     latency_s=time.monotonic() - start,
                     retries=attempt,
                 )

@@ -71,6 +71,21 @@ def outcome(text: str) -> Outcome:
     return "ok"
 
 
+#: One interpreter output inside a rollout's text: chat templates wrap tool messages in these tags, which are not
+#: special tokens, so they survive verl's ``decode(..., skip_special_tokens=True)`` (see ``answer.py``).
+TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)(?:</tool_response>|$)", re.DOTALL)
+
+
+def response_outcomes(response: str) -> list[Outcome]:
+    """:func:`outcome` of every ``<tool_response>`` block in a whole rollout (what the reward and retool-eval read)."""
+    return [outcome(text) for text in TOOL_RESPONSE.findall(response)]
+
+
+def sandbox_failures(response: str) -> int:
+    """How many tool responses in a rollout are sandbox failures (a dead or refusing sandbox, an invalid call)."""
+    return response_outcomes(response).count("sandbox_failure")
+
+
 def truncate_middle(text: str, max_chars: int) -> str:
     """``text`` cut to about ``max_chars``, keeping the head and the tail (where tracebacks end)."""
     if max_chars <= 0 or len(text) <= max_chars:

@@ -21,12 +21,16 @@ READY_TIMEOUT_S = 60.0
 
 
 def sandbox_command(port: int | str, workers: int = 2) -> list[str]:
-    """The kit's sandbox on loopback (``python -m sandbox serve``) with ``workers`` warm workers."""
+    """The kit's sandbox on loopback (``python -m sandbox serve --keep-alive``) with ``workers`` warm workers.
+
+    ``--keep-alive``: the process started is a supervisor that restarts the server if it dies during RL; ``stop``
+    ends its process group, the supervisor and the server together."""
     return [
         sys.executable,
         "-m",
         "sandbox",
         "serve",
+        "--keep-alive",  # a killed server comes back on the same port (sandbox/keepalive.py)
         "--host",
         "127.0.0.1",
         "--port",

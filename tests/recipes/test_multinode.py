@@ -7,12 +7,15 @@ per-node sandbox is a stand-in process that serves /health, started and stopped 
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from kit_testing import REPO_ROOT, free_port
+from kit_testing import REPO_ROOT, child_pids, free_port
 
 from npu_kernels.platform.cpu import CPU_RAY_NUM_CPUS
 from recipes.launch import cluster, node_sandbox, nodenet, plan, ray_node
@@ -341,16 +344,35 @@ def test_a_pid_file_of_another_process_is_not_ours(tmp_path: Path) -> None:
 
 
 def test_the_real_per_node_sandbox_answers_on_loopback(tmp_path: Path) -> None:
-    """The command --with-sandbox runs is a working `retool-sandbox serve` (about 5 s here)."""
+    """The command --with-sandbox runs is a working `retool-sandbox serve`, supervised: its server killed with
+    SIGKILL comes back on the same port, and `stop` ends the supervisor and the server (about 20 s here)."""
     from recipes.retool.sandbox_client import SandboxClient
     from recipes.smoke.supervisor import kit_env
 
     box = node_sandbox.NodeSandbox(free_port(), tmp_path / "run")
     node_sandbox.start(box, kit_env(), lambda text: None, ready_timeout_s=120)
+    supervisor = node_sandbox.recorded_pid(box.pid_file)
     try:
-        client = SandboxClient(box.url)
+        client = SandboxClient(box.url, max_retries=6, retry_backoff_s=0.5)
         result = client.run("print(6 * 7)")
-        client.close()
         assert (result.kind, result.stdout.strip()) == ("finished", "42")
+        [server] = child_pids(supervisor)
+        os.kill(server, signal.SIGKILL)
+        while _alive(server):  # dead (its sockets closed) before the next call, which is not then in flight
+            time.sleep(0.05)
+        result = client.run("print(6 * 7)")  # refused while it restarts: retried until it is back
+        client.close()
+        assert (result.kind, result.stdout.strip()) == ("finished", "42"), result
+        assert child_pids(supervisor) != [server]
+        assert "killed by SIGKILL; restarting" in box.log_file.read_text()
     finally:
         assert node_sandbox.stop(box.run_dir, lambda text: None, ports=[box.port]) == 1
+    assert not _alive(supervisor) and not _alive(server) and node_sandbox.health(box.health_url) is None
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie the test process has not reaped yet is not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False

@@ -22,7 +22,18 @@ from recipes.retool.reward import (
 )
 from recipes.retool.verify import MathVerifyPool, judge
 
-KEYS = {"score", "acc", "acc_strict", "pred", "has_answer", "tool_rounds", "used_tool", "num_turns", "verifier"}
+KEYS = {
+    "score",
+    "acc",
+    "acc_strict",
+    "pred",
+    "has_answer",
+    "tool_rounds",
+    "used_tool",
+    "num_turns",
+    "tool_failures",
+    "verifier",
+}
 
 
 def score(response: str, ground_truth: str = "204", num_turns: int = 4, **kwargs) -> dict:
