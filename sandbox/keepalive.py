@@ -17,14 +17,20 @@ Rules:
 * more than :data:`MAX_DEATHS` deaths within :data:`WINDOW_S` is a crash loop: the supervisor gives up, says so,
   and exits 1;
 * SIGTERM/SIGINT/SIGHUP stop the supervisor: the child gets SIGTERM (SIGKILL after :data:`STOP_GRACE_S`) and is not
-  restarted.
+  restarted;
+* each child runs with ``TMPDIR`` set to a scratch folder of its own, removed once it is gone: a killed server cannot
+  clean up its request folders (``sandbox/isolation.py`` and ``filesystem.py`` make them with ``tempfile``), and days
+  of restarts would otherwise leave them in ``/tmp``.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -159,8 +165,14 @@ class Supervisor:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in handled}
         try:
             while True:
-                self.child = subprocess.Popen(self.argv, preexec_fn=_die_with_parent)  # noqa: PLW1509
-                returncode, was_ready = self._watch(self.child)
+                scratch = tempfile.mkdtemp(prefix="retool-sandbox-keepalive-")
+                os.chmod(scratch, 0o711)  # the sandbox uids pass through to their own request dirs, as in /tmp
+                env = {**os.environ, "TMPDIR": scratch}
+                try:
+                    self.child = subprocess.Popen(self.argv, env=env, preexec_fn=_die_with_parent)  # noqa: PLW1509
+                    returncode, was_ready = self._watch(self.child)
+                finally:
+                    shutil.rmtree(scratch, ignore_errors=True)
                 status = self._decide(returncode, was_ready)
                 if status is not None:
                     return status

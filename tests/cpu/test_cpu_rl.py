@@ -222,8 +222,9 @@ def test_sync_grpo_survives_a_killed_worker_and_a_killed_driver(assets: dict[str
     assert any(m["actor/grad_norm"] > 0 for m in steps.values()), "the actor never got a gradient"
     assert any(k.startswith("val-core/") for k in steps[3]), f"no validation at the last step: {steps[3]}"
     print(
-        f"\n[cpu-rl] sync run, worker killed after step 1 (driver out in {worker_fault.driver_exit_s:.1f} s), "
-        f"driver killed after step 2: wall {worker_fault.wall_s:.1f}s; {_timing(steps)}"
+        f"\n[cpu-rl] sync run, worker killed after step 1 (driver out in {worker_fault.driver_exit_s:.1f} s, "
+        f"checkpoint 2 written {worker_fault.recovered_s:.1f} s after the kill), driver killed after step 2 "
+        f"(checkpoint 3 {driver_fault.recovered_s:.1f} s after): wall {worker_fault.wall_s:.1f}s; {_timing(steps)}"
     )
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
     for rank in (0, 1):
@@ -246,6 +247,7 @@ class Fault:
     driver: int = 0
     killed_at: float = 0.0
     driver_exit_s: float | None = None
+    recovered_s: float | None = None  # kill -> the resumed attempt's next checkpoint named by the tracker
     wall_s: float = 0.0
 
 
@@ -295,10 +297,13 @@ def _supervise_ppo(overrides: list[str], log: Path, pythonpath: Path, ckpt: Path
         proc = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=log.parent, stdout=f, stderr=f)
         while proc.poll() is None and time.perf_counter() - t0 < timeout:
             time.sleep(0.5)
+            named = tracker.read_text().strip() if tracker.exists() else ""
             for fault in faults:
                 if fault.driver_exit_s is None and not _alive(fault.driver):
                     fault.driver_exit_s = time.perf_counter() - fault.killed_at
-            if pending and tracker.exists() and tracker.read_text().strip() == str(pending[0].after_step):
+                if fault.recovered_s is None and named == str(fault.after_step + 1):
+                    fault.recovered_s = time.perf_counter() - fault.killed_at
+            if pending and named == str(pending[0].after_step):
                 fault = pending.pop(0)
                 victim, fault.driver = _victim(str(ckpt), fault.target)
                 os.kill(victim, signal.SIGKILL)
@@ -311,6 +316,8 @@ def _supervise_ppo(overrides: list[str], log: Path, pythonpath: Path, ckpt: Path
     assert proc.returncode == 0, f"supervised main_ppo failed (rc={proc.returncode}):\n{log.read_text()[-8000:]}"
     for fault in faults:
         fault.wall_s = wall
+        if fault.recovered_s is None and tracker.read_text().strip() == str(fault.after_step + 1):
+            fault.recovered_s = time.perf_counter() - fault.killed_at  # named just before the run ended
     return faults
 
 

@@ -112,7 +112,8 @@ def _execute_all(tool: CodeInterpreterTool, codes: list[str], on_started=None) -
 
 def test_sandbox_killed_mid_step_then_back(supervised: Supervised) -> None:
     tool = CodeInterpreterTool({"type": "native", "sandbox_fusion_url": supervised.url, "default_timeout": 10})
-    killed: dict = {}
+    killed: dict = {"tmp_root": Path(supervised.health()["tmp_root"])}
+    assert killed["tmp_root"].is_dir()
 
     def kill_when_running() -> None:
         _wait_for(lambda: supervised.health()["in_flight"] == 2, 30, "both workers running the slow calls")
@@ -137,6 +138,8 @@ def test_sandbox_killed_mid_step_then_back(supervised: Supervised) -> None:
     assert back < BACK_WITHIN_S, f"a call succeeded only {back:.1f} s after the kill"
     assert supervised.server_pid() != killed["pid"]
     assert "killed by SIGKILL; restarting in 1 s" in supervised.log()
+    # the dead server could not remove its request folders; the supervisor removed its scratch TMPDIR for it
+    assert not killed["tmp_root"].exists(), f"the killed server's {killed['tmp_root']} was left on disk"
 
     batch = _execute_all(tool, [f"print({i} * 3)" for i in range(AFTER_RESTART)])
     assert [text for text, _, _ in batch] == [str(i * 3) for i in range(AFTER_RESTART)], batch
