@@ -225,7 +225,10 @@ def recipe_clients(recipe: str, hw: str | None, layout: str) -> tuple[int, str]:
         raise SystemExit(f"--recipe needs the kit's recipes package and Hydra ({exc}); use --burst N instead") from exc
     from npu_kernels.platform import default_hardware
 
-    demand = recipe_demand(recipe, hw or default_hardware(planning=True), shared=layout == "shared")
+    try:
+        demand = recipe_demand(recipe, hw or default_hardware(planning=True), shared=layout == "shared")
+    except KeyError as exc:  # an unknown recipe or profile: the message lists the known ones
+        raise SystemExit(f"retool-sandbox bench: error: --recipe/--hw: {exc.args[0]}") from None
     return demand.per_sandbox, demand.explain()
 
 

@@ -25,6 +25,28 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _port(text: str) -> int:
+    """A TCP port, 0 (any free one, reported once bound) to 65535: checked here, not an OverflowError in bind()."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port (0-65535)")
+    return value
+
+
+def _counts(text: str) -> list[int]:
+    """Comma-separated positive client counts (``1,8,32``)."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more counts of at least 1")
+    return counts
+
+
 def build_parser() -> argparse.ArgumentParser:
     defaults = SandboxSettings()
     parser = argparse.ArgumentParser(
@@ -35,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the /run_code HTTP service")
     serve.add_argument("--host", default=defaults.host, help="bind address (default %(default)s: loopback only)")
-    serve.add_argument("--port", type=int, default=defaults.port, help="default %(default)s")
+    serve.add_argument("--port", type=_port, default=defaults.port, help="default %(default)s; 0: any free port")
     serve.add_argument(
         "--workers",
         type=_positive_int,
@@ -134,7 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = sub.add_parser("bench", help="load-test a SandboxFusion-compatible /run_code URL")
     bench.add_argument("--url", default="http://127.0.0.1:8080/run_code", help="default %(default)s")
-    bench.add_argument("--concurrency", default="1,8,32", help="comma-separated client counts (default %(default)s)")
+    bench.add_argument(
+        "--concurrency", type=_counts, default="1,8,32", help="comma-separated client counts (default %(default)s)"
+    )
     bench.add_argument(
         "--requests",
         type=_positive_int,
@@ -166,6 +190,8 @@ def _listen(host: str, port: int) -> socket.socket | None:
         print(f"retool-sandbox: cannot listen on {host}:{port}: {why or exc.strerror or exc}", file=sys.stderr)
         return None
     sock.set_inheritable(True)
+    if port == 0:
+        print(f"retool-sandbox: --port 0: listening on {host}:{sock.getsockname()[1]}", file=sys.stderr, flush=True)
     return sock
 
 
@@ -187,6 +213,7 @@ def _serve(args: argparse.Namespace) -> int:
     sock = _listen(args.host, args.port)
     if sock is None:
         return 1
+    args.port = sock.getsockname()[1]  # the port taken when --port 0 asked for any
     missing = [p for p in args.allow_path if not os.path.exists(p)]
     if missing:
         print(f"retool-sandbox: --allow-path {missing[0]} does not exist", file=sys.stderr)

@@ -174,6 +174,17 @@ def _csv(value: str) -> frozenset[str]:
     return names
 
 
+def _non_negative(text: str) -> float:
+    """A size in GB, 0 or more (a negative one made the disk check always pass)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="retool-doctor",
@@ -193,7 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", type=Path, help="local model directory to check (config, tokenizer, weights)")
     parser.add_argument("--data", type=Path, action="append", default=[], help="data file or dir to check (repeatable)")
     parser.add_argument("--ckpt-dir", type=Path, help="where checkpoints go: checks free space and write access")
-    parser.add_argument("--min-free-gb", type=float, default=100.0, help="free space to require (default %(default)s)")
+    parser.add_argument(
+        "--min-free-gb", type=_non_negative, default=100.0, help="free space to require (default %(default)s)"
+    )
     parser.add_argument(
         "--node-ip",
         help="this node's address as the other nodes reach it (default: the source address of the route to "

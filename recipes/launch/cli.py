@@ -149,7 +149,11 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     except KeyError as exc:
         print(f"run_recipe: error: {exc.args[0]}", file=sys.stderr)
         return EXIT_USAGE
-    hw = args.profile or default_hardware(environ, planning=args.dry_run)
+    try:
+        hw = args.profile or default_hardware(environ, planning=args.dry_run)
+    except ValueError as exc:  # KIT_HW names no profile (the doctor reports the same value as a failed check)
+        print(f"run_recipe: error: KIT_HW: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     env = applied(PROFILES[hw].env(recipe.phase, environ), environ)
     log = sys.stdout if args.dry_run else sys.stderr
     try:

@@ -234,6 +234,9 @@ def _error(message: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    missing = [str(d) for d in args.logdirs if not Path(d).exists()]
+    if missing:
+        return _error(f"{', '.join(missing)}: no such folder (give the run's tensorboard folder, TENSORBOARD_DIR)")
     if not any(event_files(d) for d in args.logdirs):
         return _error(f"no tensorboard event files under {', '.join(map(str, args.logdirs))}")
     if args.list_tags:

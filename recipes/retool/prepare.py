@@ -149,6 +149,17 @@ def prepare_rl(args: argparse.Namespace, source: Source, fmt: str, split: str) -
     return rows
 
 
+def _row_limit(text: str) -> int:
+    """``--limit``: 0 (all rows) or a positive count; a negative one used to slice rows off the end silently."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 (all rows) or more")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="retool-prepare",
@@ -169,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         formats = SFT_FORMATS if name == "sft" else RL_FORMATS
         p.add_argument("--format", choices=formats, help="source schema (default: detected from the columns)")
         p.add_argument("--split", default="train", help="split to read from a hub id or folder (default: train)")
-        p.add_argument("--limit", type=int, default=0, help="convert only the first N rows (0: all)")
+        p.add_argument("--limit", type=_row_limit, default=0, help="convert only the first N rows (0: all)")
         p.add_argument("--skip-invalid", action="store_true", help="skip rows that fail validation (default: stop)")
         if name == "sft":
             p.add_argument(

@@ -1,0 +1,108 @@
+"""Bad input, as a user types it, through the installed entry points (issue 21).
+
+Each row runs one console script or run script in an empty folder (also its HOME) and checks what the user sees:
+a non-zero exit, no ``Traceback``, a line naming the option or path at fault, and no file written or changed (the
+folder holds only what the row planted before). Every row failed before its fix: a traceback (OverflowError,
+ValueError, KeyError, ZeroDivisionError), a silent success, or a reason-less result. New options join the table.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from kit_testing import REPO_ROOT, free_port, kit_env
+
+BIN = Path(sys.executable).parent
+INSTALL = [
+    f"{BIN}/retool-bundle",
+    "install",
+    "--from",
+    "{tmp}/bundle",
+    "--data-dir",
+    "{tmp}/d",
+    "--models-dir",
+    "{tmp}/m",
+]
+DAPO = ["bash", str(REPO_ROOT / "recipes" / "run_qwen3_4b_dapo_npu.sh"), "--hw", "a3", "--dry-run", "--no-path-check"]
+
+
+def _damaged_bundle(folder: Path, manifest: str) -> Path:
+    bundle = folder / "bundle"
+    bundle.mkdir()
+    (bundle / "MANIFEST.json").write_text(manifest)
+    return bundle
+
+
+@dataclass(frozen=True)
+class Row:
+    """``argv`` (``{tmp}`` is the row's folder, ``{dead}`` a URL nothing answers) and the words the error must show."""
+
+    argv: list[str]
+    shows: str
+    env: dict[str, str] = field(default_factory=dict)
+    plant: Callable[[Path], object] | None = None  # files the row needs before it runs (part of its folder)
+
+
+ROWS = {
+    "sandbox serve --port -1": Row([f"{BIN}/retool-sandbox", "serve", "--port", "-1"], "--port: -1 is not a port"),
+    "sandbox serve --port 70000": Row([f"{BIN}/retool-sandbox", "serve", "--port", "70000"], "--port: 70000"),
+    "sandbox bench --concurrency abc": Row([f"{BIN}/retool-sandbox", "bench", "--concurrency", "abc"], "--concurrency"),
+    "sandbox bench --concurrency 0": Row([f"{BIN}/retool-sandbox", "bench", "--concurrency", "1,0"], "--concurrency"),
+    "sandbox bench --recipe nope": Row([f"{BIN}/retool-sandbox", "bench", "--recipe", "nope"], "unknown recipe 'nope'"),
+    "sandbox bench dead URL": Row([f"{BIN}/retool-sandbox", "bench", "--url", "{dead}"], "cannot reach http://"),
+    "bundle install damaged manifest": Row(
+        INSTALL,
+        "MANIFEST.json cannot be read",
+        plant=lambda tmp: _damaged_bundle(tmp, '{"files": {'),
+    ),
+    "bundle install [] manifest": Row(
+        INSTALL,
+        "is not a retool-bundle manifest",
+        plant=lambda tmp: _damaged_bundle(tmp, "[]"),
+    ),
+    "bundle create --out a file": Row(
+        [f"{BIN}/retool-bundle", "create", "--out", "{tmp}/notes.txt", "--no-wheels"],
+        "--out {tmp}/notes.txt is a file",
+        plant=lambda tmp: (tmp / "notes.txt").write_text("mine"),
+    ),
+    "prepare --limit -1": Row(
+        [f"{BIN}/retool-prepare", "rl", "--input", "x.jsonl", "--output", "{tmp}/o.parquet", "--limit", "-1"],
+        "--limit: -1",
+    ),
+    "doctor --min-free-gb -5": Row([f"{BIN}/retool-doctor", "--min-free-gb", "-5"], "--min-free-gb: -5"),
+    "plot missing logdir": Row([f"{BIN}/retool-plot", "{tmp}/no-such-run"], "{tmp}/no-such-run: no such folder"),
+    "dapo train_batch_size=0": Row([*DAPO, "data.train_batch_size=0"], "data.train_batch_size=0 must be at least 1"),
+    "dapo train_batch_size=abc": Row([*DAPO, "data.train_batch_size=abc"], "data.train_batch_size='abc' must be"),
+    "dapo total_epochs=abc": Row([*DAPO, "trainer.total_epochs=abc"], "trainer.total_epochs='abc' must be"),
+    "dapo KIT_HW=bogus": Row(DAPO[:2] + DAPO[4:], "KIT_HW: unknown hardware profile 'bogus'", env={"KIT_HW": "bogus"}),
+}
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("name", list(ROWS))
+def test_bad_input_is_one_line_and_changes_nothing(name: str, tmp_path: Path) -> None:
+    row = ROWS[name]
+    if row.plant is not None:
+        row.plant(tmp_path)
+    before = _snapshot(tmp_path)
+    dead = f"http://127.0.0.1:{free_port()}/run_code"
+    argv = [word.replace("{tmp}", str(tmp_path)).replace("{dead}", dead) for word in row.argv]
+    env = kit_env(HOME=str(tmp_path))
+    env.pop("KIT_HW", None)  # the row's own, if any, only
+    env.update(row.env)
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    shown = row.shows.replace("{tmp}", str(tmp_path))
+    assert proc.returncode != 0, f"{name}: exit 0\n{out[-3000:]}"
+    assert "Traceback" not in out, f"{name}: a traceback\n{out[-3000:]}"
+    assert shown in out, f"{name}: {shown!r} not shown\n{out[-3000:]}"
+    assert _snapshot(tmp_path) == before, f"{name}: files changed: {json.dumps(sorted(_snapshot(tmp_path)))}"
