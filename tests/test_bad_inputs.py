@@ -39,6 +39,11 @@ def _damaged_bundle(folder: Path, manifest: str) -> Path:
     return bundle
 
 
+def _generations(folder: Path) -> None:
+    (folder / "g.jsonl").write_text(json.dumps({"input": "1+0?", "output": "\\boxed{1}", "gts": "1"}) + "\n")
+    (folder / "other.jsonl").write_text(json.dumps({"question_id": 3, "text": "hello"}) + "\n")
+
+
 @dataclass(frozen=True)
 class Row:
     """``argv`` (``{tmp}`` is the row's folder, ``{dead}`` a URL nothing answers) and the words the error must show."""
@@ -77,6 +82,22 @@ ROWS = {
     ),
     "doctor --min-free-gb -5": Row([f"{BIN}/retool-doctor", "--min-free-gb", "-5"], "--min-free-gb: -5"),
     "plot missing logdir": Row([f"{BIN}/retool-plot", "{tmp}/no-such-run"], "{tmp}/no-such-run: no such folder"),
+    "eval --k 0": Row([f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--k", "0"], "--k: '0'", plant=_generations),
+    "eval --k past n": Row([f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--k", "1,100"], "--k 100", plant=_generations),
+    "eval unknown fields": Row([f"{BIN}/retool-eval", "{tmp}/other.jsonl"], "no response field", plant=_generations),
+    "eval --step on a file": Row(
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--step", "5"], "--step 5 picks a file", plant=_generations
+    ),
+    "eval --step --all-steps": Row(
+        [f"{BIN}/retool-eval", "{tmp}", "--step", "1", "--all-steps"], "--step and --all-steps", plant=_generations
+    ),
+    "eval --tokenizer missing": Row(
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--tokenizer", "/no/such/tok"], "--tokenizer /no/such/tok: no such"
+    ),
+    "smoke dry run, unwritable --out": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "smoke.sh"), "--dry-run", "--fast", "--out", "/proc/kit-smoke"],
+        "--out /proc/kit-smoke: cannot write in /proc",
+    ),
     "dapo train_batch_size=0": Row([*DAPO, "data.train_batch_size=0"], "data.train_batch_size=0 must be at least 1"),
     "dapo train_batch_size=abc": Row([*DAPO, "data.train_batch_size=abc"], "data.train_batch_size='abc' must be"),
     "dapo total_epochs=abc": Row([*DAPO, "trainer.total_epochs=abc"], "trainer.total_epochs='abc' must be"),

@@ -152,33 +152,45 @@ class Capacity:
 
 def read_capacity(url: str, timeout_s: float = 5.0) -> Capacity | None:
     """GET the sandbox's /health (no proxy: it is an internal service); None if unreachable or not the kit's."""
+    found = probe_capacity(url, timeout_s)
+    return found if isinstance(found, Capacity) else None
+
+
+def probe_capacity(url: str, timeout_s: float = 5.0) -> Capacity | str:
+    """The sandbox's capacity from its /health, or why there is none: it does not answer, or it is not the kit's."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        return None
+        return "not an http(s) URL"
     cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = cls(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80), timeout=timeout_s)
     try:
         conn.request("GET", "/health")
-        body = json.loads(conn.getresponse().read())
+        raw = conn.getresponse().read()
+    except (OSError, http.client.HTTPException) as exc:
+        return f"it does not answer ({type(exc).__name__}: {exc}): is it running?"
+    finally:
+        conn.close()
+    try:
+        body = json.loads(raw)
         return Capacity(
             int(body["workers"]),
             int(body["max_queue"]),
             int(body.get("answered", 0)),
             float(body.get("mean_execution_s", 0.0)),
         )
-    except (OSError, http.client.HTTPException, ValueError, KeyError, TypeError):
-        return None
-    finally:
-        conn.close()
+    except (ValueError, KeyError, TypeError):
+        return "its /health reports no workers/max_queue (not the kit's sandbox?)"
 
 
-def compare(need: Demand, have: Capacity | None, url: str) -> list[Problem]:
-    """The verdict for one sandbox: nothing, a warning, or an error (reachable and at most half of the need)."""
+def compare(need: Demand, have: Capacity | str | None, url: str) -> list[Problem]:
+    """The verdict for one sandbox: nothing, a warning, or an error (reachable and at most half of the need).
+    ``have`` is the capacity, or why it is unknown (:func:`probe_capacity`)."""
     n = need.per_sandbox
-    if have is None:
+    if not isinstance(have, Capacity):
+        why = have or "its /health reports no workers/max_queue"
         return [
             Problem(
-                f"sandbox {url}: capacity unknown (its /health reports no workers/max_queue); the recipe sends up to "
+                f"sandbox {url}: capacity unknown ({why}); the recipe sends up to "
                 f"{n} at once: {need.explain()}\n  -> make sure it queues that many, e.g. the kit's sandbox: "
                 f"retool-sandbox serve --workers W --max-queue {n} (workers + max-queue >= {n})",
                 error=False,
@@ -218,7 +230,7 @@ def check(cfg: DictConfig, url: str) -> list[Problem]:
         return [Problem(f"tool config: could not count the sandbox requests in flight: {exc}", error=False)]
     if need is None:
         return []
-    return compare(need, read_capacity(url), url)
+    return compare(need, probe_capacity(url), url)
 
 
 def recipe_demand(recipe: str, hw: str, *, shared: bool = False) -> Demand:

@@ -126,14 +126,23 @@ def existing_merge(target: Path) -> dict | None:
         return None
 
 
-def merge(handoff: Handoff, force: bool) -> str:
-    """Merge into ``handoff.target``; returns what happened ("merged" or "already merged")."""
+def target_holds_this_merge(handoff: Handoff, force: bool) -> bool:
+    """True when the target already holds this very merge (nothing to do); a HandoffError when it holds anything
+    else and ``force`` is not given. The dry run asks the same (issue 21, finding 4: it used to pass where the
+    merge then refused)."""
     previous = existing_merge(handoff.target)
     if previous and previous.get("step_dir") == str(handoff.step_dir) and not force:
-        return "already merged"
+        return True
     if handoff.target.exists() and not force:
         what = f"a merge of {previous.get('step_dir')}" if previous else "something else"
         raise HandoffError(f"{handoff.target} already holds {what}; pass --force to replace it, or --target DIR")
+    return False
+
+
+def merge(handoff: Handoff, force: bool) -> str:
+    """Merge into ``handoff.target``; returns what happened ("merged" or "already merged")."""
+    if target_holds_this_merge(handoff, force):
+        return "already merged"
     tmp = handoff.target.with_name(f".{handoff.target.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     start = time.monotonic()
@@ -184,9 +193,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.hw = args.profile or default_hardware()
+    except ValueError as exc:  # KIT_HW names no profile
+        print(f"sft_to_rl: error: KIT_HW: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         handoff = plan(args)
         print(f"SFT checkpoint: {handoff.step_dir} (step {handoff.step})")
         if args.dry_run:
+            if target_holds_this_merge(handoff, args.force):
+                print(f"{handoff.target} already holds this merge: the real run merges nothing")
             print("merge command: " + shlex.join(handoff.merge_command()))
             print(rl_instructions(handoff))
             print("dry run: nothing merged")

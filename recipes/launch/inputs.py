@@ -147,7 +147,7 @@ def resolve(recipe: Recipe, hw: str, environ: Mapping[str, str] | None = None, s
                 f"{RL_ENV_KEY}.RETOOL_SANDBOX_URL",
                 url or DEFAULT_SANDBOX_URL,
                 "env" if url else "default",
-                "python -m sandbox serve --host 127.0.0.1 --port 8080 (or point it at a SandboxFusion)",
+                "retool-sandbox serve --host 127.0.0.1 --port 8080 (or point it at a SandboxFusion)",
                 add=True,
             )
         )

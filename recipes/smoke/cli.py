@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -233,10 +234,16 @@ def check_rollout(choice: str | None, target: Target) -> None:
 
 
 def check_out(out: Path, force: bool) -> None:
+    """What the run needs of ``--out``, checked by the dry run too: a folder, empty unless ``force``, writable."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise UsageError(f"{out} is not empty (use another --out, or --force to replace it)")
+    existing = next(p for p in (out, *out.parents) if p.exists())
+    try:  # a probe, not os.access: root passes access() on read-only bind mounts and /proc alike
+        tempfile.TemporaryDirectory(dir=existing, prefix=".smoke-probe-").cleanup()
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot write in {existing} ({exc.strerror or exc})") from None
 
 
 def _check_args(words: list[str]) -> int:
@@ -300,6 +307,7 @@ def _run(words: list[str]) -> int:
     options = {"trace": args.trace, "rollout": args.rollout, "task": task, "seed": args.seed}
     smoke = Smoke(out, sizes, target.profile, rl_extra=tuple(args.rl_override), **options)
     if args.dry_run:
+        check_out(out, args.force)  # what prepare_out checks first: the dry run must not pass where the run fails
         print(describe(smoke))
         return EXIT_OK
     exit_on_signals()

@@ -311,7 +311,7 @@ def test_rl_path_check_reaches_the_sandbox(tmp_path: Path, make_model: Callable[
     assert any(
         f"sandbox RETOOL_SANDBOX_URL=http://127.0.0.1:{port}/run_code did not run print(1)" in e for e in built.errors
     )
-    assert any("python -m sandbox serve" in e for e in built.errors)
+    assert any("retool-sandbox serve" in e for e in built.errors)
 
 
 @pytest.mark.skipif(current_platform().name != "cpu", reason="checks the refusal on a machine without NPUs")

@@ -70,6 +70,21 @@ def test_dry_run_finds_the_latest_step_of_the_recipe_default_dir(launch_env: dic
     assert not target.exists()
 
 
+def test_dry_run_refuses_a_target_the_merge_would_refuse(launch_env: dict[str, str], tmp_path: Path) -> None:
+    """Issue 21, finding 4: the dry run passed (rc 0) where the real merge then refused the folder."""
+    launch_env["CKPT_ROOT"] = str(tmp_path)
+    fake_checkpoint(tmp_path / "qwen3_4b_sft_a2", 62)
+    target = tmp_path / "mine"
+    target.mkdir()
+    (target / "notes.txt").write_text("the user's")
+    args = ["--recipe", "qwen3_4b", "--hw", "a2", "--target", str(target), "--dry-run"]
+    proc = run_script(args, launch_env, timeout=60)
+    assert proc.returncode == handoff.EXIT_FAILED, proc.stdout + proc.stderr
+    assert f"{target} already holds something else; pass --force" in proc.stderr, proc.stderr
+    assert run_script([*args, "--force"], launch_env, timeout=60).returncode == 0
+    assert (target / "notes.txt").read_text() == "the user's"  # a dry run, even forced, touches nothing
+
+
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
@@ -140,8 +155,7 @@ def test_real_merge_is_atomic_idempotent_and_guarded(launch_env: dict[str, str],
     assert again.returncode == 0 and f"already merged: {target}" in again.stdout
 
     fake_checkpoint(ckpt, 4, world=1)  # a newer step: the old merge must not be replaced silently
-    refused = run_script(["--hw", "cpu", "--dry-run"], launch_env, timeout=60)
-    assert refused.returncode == 0  # a dry run only reports
-    refused = run_script(["--hw", "cpu"], launch_env, timeout=60)
-    assert refused.returncode == 1
-    assert f"{target} already holds a merge of {step_dir}; pass --force" in refused.stderr
+    for dry_run in (["--dry-run"], []):  # the dry run refuses what the merge refuses
+        refused = run_script(["--hw", "cpu", *dry_run], launch_env, timeout=60)
+        assert refused.returncode == 1, (dry_run, refused.stdout)
+        assert f"{target} already holds a merge of {step_dir}; pass --force" in refused.stderr
