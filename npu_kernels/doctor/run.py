@@ -276,7 +276,7 @@ def check_paths(ctx: Context) -> list[Result]:
             results.append(fail("paths.model", f"model {model} " + ", ".join(problems), fix))
         else:
             results.append(ok("paths.model", f"model {model} ({_weights_bytes(model) / 1e9:.1f} GB of weights)"))
-    prepare = "prepare the data (retool-prepare sft|rl|val --input ... --output FILE.parquet) and pass the file it wrote"
+    prepare = "prepare the data (retool-prepare sft|rl|val --input ... --output F.parquet) and pass the file it wrote"
     for path in data:
         check = f"paths.data.{path.name}"
         if path.is_file() and path.stat().st_size > 0:
