@@ -12,8 +12,8 @@ Rules:
   ``PR_SET_PDEATHSIG`` (a ``kill -9`` of the supervisor does not leave a server nobody restarts);
 * a child killed by a signal or exiting non-zero is restarted; one exiting 0 (it was stopped on purpose) ends the
   supervisor with 0;
-* a first start that dies before ever answering ``/v1/ping`` is a configuration error (port in use, bad option):
-  reported and not retried;
+* a first start that exits non-zero before ever answering ``/v1/ping`` is a configuration error (port in use, bad
+  option): reported and not retried (one killed by a signal is restarted: it may have served before the ping saw it);
 * more than :data:`MAX_DEATHS` deaths within :data:`WINDOW_S` is a crash loop: the supervisor gives up, says so,
   and exits 1;
 * SIGTERM/SIGINT/SIGHUP stop the supervisor: the child gets SIGTERM (SIGKILL after :data:`STOP_GRACE_S`) and is not
@@ -148,9 +148,11 @@ class Supervisor:
         if returncode == 0:
             say(f"server (pid {self.child.pid if self.child else '?'}) exited with status 0: not restarting")
             return 0
-        if not was_ready and self.restarts == 0:
+        if not was_ready and self.restarts == 0 and returncode > 0:
+            # a first start that exits on its own before answering is a configuration error (port in use, bad
+            # option); one killed by a signal may have served already (the ping runs every 0.5 s): restart it
             say(f"server {how} before it ever answered: not restarting (see its messages above)")
-            return returncode if returncode > 0 else 1
+            return returncode
         if self._crash_loop(time.monotonic()):
             say(
                 f"server {how}; {len(self.deaths)} deaths within {self.window_s:g} s: crash loop, giving up "

@@ -234,6 +234,17 @@ NCCL_SOCKET_IFNAME/... on CUDA) to the interface that carries the node address, 
 """
 
 
+def _port(text: str) -> int:
+    """A TCP port to listen on, 1-65535 (``--sandbox-port 99999`` used to reach the sandbox's bind)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port (1-65535)")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     from npu_kernels.platform.cli import add_profile_option
     from recipes.launch import node_sandbox, ray_node
@@ -260,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--port",
-        type=int,
+        type=_port,
         default=os.environ.get("RAY_PORT", "").strip() or str(ray_node.DEFAULT_PORT),  # a string: argparse checks it
         help="head: GCS port; worker: the head's when --address has none (default $RAY_PORT, else %(default)s)",
     )
@@ -288,7 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
         "RETOOL_SANDBOX_URL is right on every node (stop ends it)",
     )
     parser.add_argument(
-        "--sandbox-port", type=int, default=node_sandbox.DEFAULT_PORT, help="the per-node sandbox's port (%(default)s)"
+        "--sandbox-port",
+        type=_port,
+        default=node_sandbox.DEFAULT_PORT,
+        help="the per-node sandbox's port (%(default)s)",
     )
     parser.add_argument(
         "--sandbox-arg",

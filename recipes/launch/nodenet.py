@@ -82,6 +82,12 @@ def interface_of(ip: str, probes: NetProbes | None = None) -> str | None:
     return next((item.interface for item in parse_ip_addr(text) if item.ip == ip), None)
 
 
+def interfaces(probes: NetProbes | None = None) -> list[str] | None:
+    """The interfaces that hold an IPv4 address here, sorted; None when ``ip`` cannot tell."""
+    text = (probes or LOCAL).ip_addr_text()
+    return None if text is None else sorted({item.interface for item in parse_ip_addr(text)})
+
+
 def short_names(platform: Platform) -> str:
     """``HCCL/GLOO/TP``: the platform's socket-interface variables, short, for one-line messages."""
     return "/".join(name.removesuffix("_SOCKET_IFNAME") for name in platform.socket_ifname_vars)

@@ -122,12 +122,19 @@ def _node_ip(request: NodeRequest, probes: nodenet.NetProbes | None) -> tuple[st
 
 
 def _interface(request: NodeRequest, node_ip: str, environ: Mapping[str, str], probes: nodenet.NetProbes | None) -> str:
-    found = request.ifname or environ.get(nodenet.IFNAME_ENV, "").strip() or nodenet.interface_of(node_ip, probes)
+    """The collectives' socket interface; the dry run refuses what the start refuses (issue 21, finding 9: it printed
+    "interface <iface of 1.2.3.4>" for an address no interface here holds, and took ``--ifname nosuch0``)."""
+    named = request.ifname or environ.get(nodenet.IFNAME_ENV, "").strip()
+    if named:
+        held = nodenet.interfaces(probes)
+        if held is not None and named not in held:
+            what = "--ifname" if request.ifname else nodenet.IFNAME_ENV
+            raise NodeError(f"{what} {named}: no interface of that name holds an IPv4 address here ({', '.join(held)})")
+        return named
+    found = nodenet.interface_of(node_ip, probes)
     if found:
         return found
-    if not request.dry_run:
-        raise NodeError(f"no interface holds {node_ip}: pass --ifname IFACE (or set {nodenet.IFNAME_ENV})")
-    return f"<iface of {node_ip}>"
+    raise NodeError(f"no interface holds {node_ip}: pass --ifname IFACE (or set {nodenet.IFNAME_ENV})")
 
 
 def ray_command(request: NodeRequest, node_ip: str, head: str | None, device_args: list[str]) -> list[str]:

@@ -54,8 +54,8 @@ my stack work" check. --dry-run prints every command and its environment and sta
 
 Artifacts: OUT/logs/<stage>.log, OUT/data/*.parquet, OUT/sft/{ckpt,hf_merged,tensorboard},
 OUT/rl/{tensorboard,val_generations,rollouts}, OUT/eval/eval.{md,json}, OUT/plots/*.png, OUT/summary.json.
-Measured with --fast on 2 shared CPU cores (AVX2 only, other jobs running): 12 min, of which SFT 6.4 min
-(96 steps, 2.8 s/step) and RL 3.6 min (2 steps, 24 s/step).
+Measured with --fast on 2 CPU cores (AVX2 only) while a CPU trainer test ran alongside: 7.9 min (471 s), of which
+SFT 4.4 min (96 steps, 2.3 s/step) and RL 2.7 min (vLLM's CPU build, 14.8 s/step); the README's 6.9 min is alone.
 """
 
 

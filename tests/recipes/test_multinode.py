@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -102,9 +103,12 @@ def test_worker_joins_over_the_nic_that_routes_to_the_head(capsys: pytest.Captur
     assert env["PYTHONPATH"].split(":")[0] == str(REPO_ROOT)
     out = capsys.readouterr().out
     assert "node 10.0.0.2, GLOO/TP socket interface bond0 (kept from the environment: GLOO_SOCKET_IFNAME=eth9" in out
-    forced = ray_node.NodeRequest("worker", "cpu", address="10.0.0.1", ifname="ib0")
+    forced = ray_node.NodeRequest("worker", "cpu", address="10.0.0.1", ifname="eno1")
     _, env = _start(forced, {"GLOO_SOCKET_IFNAME": "eth9"}, fake_probes())
-    assert env["GLOO_SOCKET_IFNAME"] == env["TP_SOCKET_IFNAME"] == "ib0"
+    assert env["GLOO_SOCKET_IFNAME"] == env["TP_SOCKET_IFNAME"] == "eno1"
+    for request in (forced, replace(forced, dry_run=True)):  # issue 21, finding 9: the dry run took it too
+        with pytest.raises(ray_node.NodeError, match=r"--ifname ib0: no interface of that name .* \(bond0, docker0"):
+            _start(replace(request, ifname="ib0"), {}, fake_probes())
 
 
 def test_head_dashboard_stays_local_and_next_steps_are_printed(capsys: pytest.CaptureFixture[str]) -> None:
@@ -358,9 +362,11 @@ def test_the_real_per_node_sandbox_answers_on_loopback(tmp_path: Path) -> None:
         assert (result.kind, result.stdout.strip()) == ("finished", "42")
         [server] = child_pids(supervisor)
         os.kill(server, signal.SIGKILL)
-        while _alive(server):  # dead (its sockets closed) before the next call, which is not then in flight
-            time.sleep(0.05)
-        result = client.run("print(6 * 7)")  # refused while it restarts: retried until it is back
+        deadline = time.monotonic() + 60
+        while (node_sandbox.health(box.health_url) or {}).get("status") != "ok" or child_pids(supervisor) == [server]:
+            assert time.monotonic() < deadline, box.log_file.read_text()  # the retry path: test_sandbox_restart.py
+            time.sleep(0.1)
+        result = client.run("print(6 * 7)")  # the restarted server, on the same port
         client.close()
         assert (result.kind, result.stdout.strip()) == ("finished", "42"), result
         assert child_pids(supervisor) != [server]

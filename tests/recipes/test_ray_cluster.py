@@ -137,7 +137,8 @@ def test_with_sandbox_dry_run_and_stop(launch_env: dict[str, str], tmp_path: Pat
     lines = proc.stdout.splitlines()
     start = next(line for line in lines if line.startswith("ray_cluster: would start sandbox: "))
     assert start.endswith(
-        f"-m sandbox serve --host 127.0.0.1 --port 18123 --max-queue=1024 (log {tmp_path}/sandbox-18123.log, "
+        f"-m sandbox serve --keep-alive --host 127.0.0.1 --port 18123 --max-queue=1024 (log "
+        f"{tmp_path}/sandbox-18123.log, "
         f"pid {tmp_path}/sandbox-18123.pid)"
     )
     assert any("RETOOL_SANDBOX_URL=http://127.0.0.1:18123/run_code is then right on every node" in x for x in lines)

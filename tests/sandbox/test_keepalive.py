@@ -39,6 +39,16 @@ def test_a_first_start_that_never_answers_is_not_retried(capsys: pytest.CaptureF
     assert "exit status 2 before it ever answered: not restarting" in capsys.readouterr().err
 
 
+def test_a_first_start_killed_before_the_ping_saw_it_is_restarted(tmp_path: Path) -> None:
+    """The readiness ping runs every 0.5 s: a server SIGKILLed right after it served its first request looked like a
+    start that never answered, and was not restarted (seen in test_multinode under load)."""
+    count = tmp_path / "starts"
+    code = f"import pathlib,os,signal; p=pathlib.Path({str(count)!r}); n=len(p.read_text()) if p.exists() else 0\n"
+    code += "p.write_text('x'*(n+1))\nraise SystemExit(0) if n else os.kill(os.getpid(), signal.SIGKILL)"
+    sup = Supervisor(_child(code), lambda: False, backoff_s=0.01)
+    assert sup.run() == 0 and sup.restarts == 1 and count.read_text() == "xx"
+
+
 def test_child_command_and_exit_wording() -> None:
     assert child_argv(["serve", "--keep-alive", "--port", "1"]) == [
         sys.executable,
