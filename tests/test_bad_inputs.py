@@ -29,6 +29,16 @@ INSTALL = [
     "--models-dir",
     "{tmp}/m",
 ]
+CLUSTER = [
+    "bash",
+    str(REPO_ROOT / "scripts" / "ray_cluster.sh"),
+    "head",
+    "--hw",
+    "a3",
+    "--dry-run",
+    "--node-ip",
+    "127.0.0.1",
+]
 DAPO = ["bash", str(REPO_ROOT / "recipes" / "run_qwen3_4b_dapo_npu.sh"), "--hw", "a3", "--dry-run", "--no-path-check"]
 
 
@@ -97,6 +107,13 @@ ROWS = {
     "smoke dry run, unwritable --out": Row(
         ["bash", str(REPO_ROOT / "scripts" / "smoke.sh"), "--dry-run", "--fast", "--out", "/proc/kit-smoke"],
         "--out /proc/kit-smoke: cannot write in /proc",
+    ),
+    "ray_cluster --sandbox-port 99999": Row(
+        [*CLUSTER, "--with-sandbox", "--sandbox-port", "99999"], "--sandbox-port: 99999 is not a port"
+    ),
+    "ray_cluster --ifname nosuch0": Row([*CLUSTER, "--ifname", "nosuch0"], "--ifname nosuch0: no interface"),
+    "run_npu.sh --shm-size abc": Row(
+        ["bash", str(REPO_ROOT / "docker" / "run_npu.sh"), "--dry-run", "--shm-size", "abc"], "--shm-size: 'abc'"
     ),
     "dapo train_batch_size=0": Row([*DAPO, "data.train_batch_size=0"], "data.train_batch_size=0 must be at least 1"),
     "dapo train_batch_size=abc": Row([*DAPO, "data.train_batch_size=abc"], "data.train_batch_size='abc' must be"),

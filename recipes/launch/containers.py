@@ -12,7 +12,9 @@ with the system python3: stdlib only.
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import shlex
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -56,6 +58,13 @@ class Root:
     name: str
     path: str
     source: str  # "env" or "default"
+
+
+def _docker_size(text: str) -> str:
+    """A size as ``docker run --shm-size`` takes it (``100g``, ``512m``, bytes): checked here, not by docker."""
+    if not re.fullmatch(r"[1-9][0-9]*[bkmgBKMG]?", text.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 100g, 512m or 1073741824")
+    return text.strip()
 
 
 def data_roots(environ: Mapping[str, str]) -> list[Root]:
@@ -133,7 +142,9 @@ def run_parser(platform: Platform, prog: str) -> ScriptParser:
     parser.add_argument("--phase", default="rl", choices=PHASES, help="KIT_PHASE, the env the entry point applies")
     parser.add_argument("--name", help="container name")
     if access.shm_size:
-        parser.add_argument("--shm-size", default=access.shm_size, help=f"/dev/shm size (default: {access.shm_size})")
+        parser.add_argument(
+            "--shm-size", type=_docker_size, default=access.shm_size, help=f"/dev/shm size (default: {access.shm_size})"
+        )
     if access.gpus:
         parser.add_argument("--gpus", default=access.gpus, help=f"docker --gpus (default: {access.gpus})")
     parser.add_argument(

@@ -14,6 +14,7 @@ so tests can describe any host; the readers themselves are the doctor's.
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
 import subprocess
@@ -82,10 +83,16 @@ def interface_of(ip: str, probes: NetProbes | None = None) -> str | None:
     return next((item.interface for item in parse_ip_addr(text) if item.ip == ip), None)
 
 
-def interfaces(probes: NetProbes | None = None) -> list[str] | None:
-    """The interfaces that hold an IPv4 address here, sorted; None when ``ip`` cannot tell."""
+def interfaces(probes: NetProbes | None = None, sys_net: str = "/sys/class/net") -> list[str] | None:
+    """The interfaces that hold an IPv4 address here, sorted; without ``ip``, every interface the kernel lists
+    (``/sys/class/net``); None when neither can tell."""
     text = (probes or LOCAL).ip_addr_text()
-    return None if text is None else sorted({item.interface for item in parse_ip_addr(text)})
+    if text is not None:
+        return sorted({item.interface for item in parse_ip_addr(text)})
+    try:
+        return sorted(os.listdir(sys_net))
+    except OSError:
+        return None
 
 
 def short_names(platform: Platform) -> str:
