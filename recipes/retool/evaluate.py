@@ -230,7 +230,9 @@ def to_markdown(report: Report) -> str:
     header = ["data source", "tool calls (well-formed)", "rounds/response", "with tool", "code errors", "timeouts"]
     header += ["sandbox failures", "response chars (mean/max)"]
     rows = []
-    for source, tool in [*((s, m["tool_use"]) for s, m in report.sources.items()), ("all", report.tool_use)]:
+    per_source = [(s, m["tool_use"]) for s, m in report.sources.items()]
+    total = [("total", report.tool_use)] if len(per_source) > 1 else []  # one source: its row is the total
+    for source, tool in [*per_source, *total]:
         rows.append(
             [
                 source,

@@ -178,12 +178,13 @@ def plot(root: Path | Sequence[Path], out: Path, panels: Sequence[Panel] = PANEL
     import matplotlib.pyplot as plt
 
     runs = read_runs(root)
-    out.mkdir(parents=True, exist_ok=True)
     drawn: list[tuple[Panel, Runs]] = []
     empty: list[str] = []
     for panel in panels:
         found = panel_runs(panel, runs)
         (drawn.append((panel, found)) if found else empty.append(panel.name))
+    if drawn:  # nothing to draw: no empty folder left behind (issue 21, finding 8)
+        out.mkdir(parents=True, exist_ok=True)
     files = []
     for panel, found in drawn:
         fig, ax = plt.subplots(figsize=(6, 4), dpi=100)

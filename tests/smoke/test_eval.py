@@ -180,6 +180,10 @@ def test_eval_step_selection_and_unmatched_sources(dump: dict[str, Path], tmp_pa
     report = json.loads(out.read_text())
     assert report["steps"] == [0] and list(report["sources"]) == ["all"]
     assert report["sources"]["all"]["mean@4"] == 0.0 and report["sources"]["all"]["problems"] == 3
+    markdown = tmp_path / "e.md"
+    assert main([str(dump["folder"]), "--step", "0", "--markdown", str(markdown)]) == 0
+    tool_table = markdown.read_text().split("## Tool use")[1].split("## Per problem")[0]
+    assert [line.split("|")[1].strip() for line in tool_table.splitlines() if line.startswith("| all")] == ["all"]
     assert main([str(dump["folder"]), "--all-steps", "--json", str(out), "--quiet", "--k", "1,3"]) == 0
     report = json.loads(out.read_text())
     assert report["steps"] == [0, 3] and report["samples"] == 24

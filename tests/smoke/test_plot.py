@@ -78,6 +78,8 @@ def test_plot_panel_subset_and_errors(tmp_path: Path) -> None:
     assert main([str(logdir), "--out", str(out), "--panels", "nope"]) == 2
     assert main([str(tmp_path / "empty"), "--out", str(out)]) == 2  # no event files
     assert main([str(logdir), "--out", str(tmp_path / "p2"), "--panels", "sft_loss"]) == 1  # files, but no data
+    assert not (tmp_path / "p2").exists()  # nothing drawn: no empty folder left behind (issue 21, finding 8)
+    assert main([str(tmp_path / "no-such-run"), "--out", str(out)]) == 2  # a missing folder, named as such
 
 
 def test_two_runs_are_two_lines_with_a_legend(tmp_path: Path) -> None:
