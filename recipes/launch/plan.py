@@ -71,6 +71,7 @@ class Plan:
     cfg: DictConfig | None = None  # resolved
     inputs: list[inputs.Input] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
+    counts_ok: bool = False  # the counts the table and budget do arithmetic on passed checks.bad_counts
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     rows_in_train: int | None = None
@@ -187,6 +188,7 @@ def build(
     plan.errors += checks.bad_counts(plan.cfg, recipe.phase)
     if plan.errors:  # a count the arithmetic below would divide by or fail to parse: report it alone
         return plan
+    plan.counts_ok = True
     _validate(plan)
     _check_budget(plan, path_check)
     _check_memory(plan)

@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from npu_kernels.platform import PROFILES, current_platform
-from recipes.launch import budget, checks, inputs, memory, parity, ray_cpus, trace
+from recipes.launch import budget, inputs, memory, parity, ray_cpus, trace
 from recipes.launch.plan import Plan
 
 
@@ -272,7 +272,7 @@ def render_command(plan: Plan) -> str:
 def render(plan: Plan, *, dry_run: bool) -> str:
     """Table, problems and (for a dry run) the command."""
     parts = []
-    if plan.cfg is not None and not checks.bad_counts(plan.cfg, plan.recipe.phase):  # the table does their arithmetic
+    if plan.cfg is not None and plan.counts_ok:  # the table does arithmetic on those counts
         parts.append(render_table(plan))
     parts += [f"warning: {w}" for w in plan.warnings]
     parts += [f"error: {e}" for e in plan.errors]

@@ -108,14 +108,19 @@ def _assert_resumes_from_step_1(root: Path, saved: object) -> None:
     assert bool((resumed.actor_rollout_wg.manager.model.weight == saved_weight).all()), "global_step_1's weights"
 
 
+def _saved_step_1(root: Path) -> tuple[object, int]:
+    """A trainer that has saved global_step_1 under ``root``, and the bytes that checkpoint takes on the disk."""
+    trainer = checkpoint_trainer(root)
+    trainer.global_steps = 1
+    trainer._save_checkpoint()
+    return trainer, _allocated(root / "global_step_1")
+
+
 def _refuse_a_checkpoint_that_cannot_fit(mountpoint: str) -> None:
     """global_step_1 saved; the disk then has half its size free: the save of global_step_2 is refused up front."""
     mount, root = Path(mountpoint), Path(mountpoint) / "ckpt"
     with gloo_world_of_one():
-        trainer = checkpoint_trainer(root)
-        trainer.global_steps = 1
-        trainer._save_checkpoint()
-        needed = _allocated(root / "global_step_1")
+        trainer, needed = _saved_step_1(root)
         _fill(mount, leave=needed // 2)
         free = shutil.disk_usage(root).free
         error = _failed_save(trainer, 2)
@@ -127,10 +132,7 @@ def _clean_up_a_save_the_disk_filled_during(mountpoint: str) -> None:
     """The disk fills while global_step_2 is written (inside the actor's torch.save): clear error, partial removed."""
     mount, root = Path(mountpoint), Path(mountpoint) / "ckpt"
     with gloo_world_of_one():
-        trainer = checkpoint_trainer(root)
-        trainer.global_steps = 1
-        trainer._save_checkpoint()
-        needed = _allocated(root / "global_step_1")
+        trainer, needed = _saved_step_1(root)
         actor = trainer.actor_rollout_wg
         real_save = actor.save_checkpoint
 
