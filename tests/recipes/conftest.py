@@ -61,12 +61,18 @@ def plan_env(home: Path) -> dict[str, str]:
 
 @pytest.fixture
 def make_model() -> Callable[..., Path]:
-    """Factory: a folder the path checks accept as a Hugging Face model (only config.json is read before launch)."""
+    """Factory: a folder the path checks accept as a Hugging Face model.
+
+    Before launch only config.json is read, and the weight files' size (the checkpoint-disk estimate): the folder
+    carries a 1 MiB ``model.safetensors`` so that estimate is this model's (~6 MB) and not the recipe table's 4B
+    model, whose ~48 GB would make the dry run depend on the test machine's free disk.
+    """
 
     def make(path: Path, heads: int = 4, kv_heads: int = 2) -> Path:
         path.mkdir(parents=True, exist_ok=True)
         config = {"model_type": "qwen3", "num_attention_heads": heads, "num_key_value_heads": kv_heads}
         (path / "config.json").write_text(json.dumps(config))
+        (path / "model.safetensors").write_bytes(bytes(1 << 20))
         return path
 
     return make

@@ -148,11 +148,13 @@ def test_checkpoint_disk_short_is_an_error(
         "VAL_FILE": str(make_parquet(tmp_path / "val.parquet", 30)),
         "CKPT_DIR": str(tmp_path / "ckpt"),
     }
-    monkeypatch.setattr(budget, "free_bytes", lambda path: (10**12, Path(path).parent))  # 1 TB free
+    # the fake model's 1 MiB of bf16 weights: 524,288 parameters, ~6.3 MB per checkpoint at 12 B/parameter
+    monkeypatch.setattr(budget, "free_bytes", lambda path: (10**7, Path(path).parent))  # 10 MB free
     built = plan.build(RECIPES["qwen3_4b_sft"], "a3", [], path_check=True, environ=environ)
-    assert _has(built, "checkpoints need ~") and _has(built, "1.0 TB free"), built.errors
+    assert built.checkpoints is not None and built.checkpoints.per_checkpoint == (1 << 20) // 2 * 12
+    assert _has(built, "checkpoints need ~") and _has(built, "10.0 MB free"), built.errors
     assert _has(built, "trainer.max_ckpt_to_keep=N")
-    built = plan.build(RECIPES["qwen3_4b_sft"], "a3", ["trainer.max_ckpt_to_keep=2"], path_check=True, environ=environ)
+    built = plan.build(RECIPES["qwen3_4b_sft"], "a3", ["trainer.max_ckpt_to_keep=1"], path_check=True, environ=environ)
     assert not _has(built, "checkpoints need"), built.errors
     assert "free at" in dict(_rows(built))["checkpoint disk"]
 
