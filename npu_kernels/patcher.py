@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from npu_kernels.cli_errors import entry_point
 from npu_kernels.ops import OP_NAMES, BackendUnavailable, KernelOps, load, select
 
 logger = logging.getLogger(__name__)
@@ -346,6 +347,7 @@ def apply_from_env(environ: Mapping[str, str] | None = None) -> PatchReport:
     return apply(ops, enabled_ops=enabled.split(",") if enabled else None, notes=notes)
 
 
+@entry_point("python -m npu_kernels.patcher")
 def main(argv: Sequence[str] | None = None) -> int:
     import argparse
 

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass
 
 import httpx
 
+from sandbox.cli_errors import KitError, UsageError
+
 #: name → (code, expected stdout)
 SNIPPETS: dict[str, tuple[str, str]] = {
     "print": ("print(1 + 1)", "2"),
@@ -153,7 +155,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     snippets = [s.strip() for s in chosen.split(",") if s.strip()]
     unknown = [s for s in snippets if s not in SNIPPETS]
     if unknown:
-        raise SystemExit(f"unknown snippets {unknown}; choose from {sorted(SNIPPETS)}")
+        raise UsageError(f"--snippets: unknown {', '.join(unknown)}", f"choose from {', '.join(sorted(SNIPPETS))}")
     if burst:
         from sandbox.bench_burst import run_burst_cli
 
@@ -161,7 +163,7 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     concurrencies = args.concurrency  # parsed and checked by the CLI (sandbox/cli.py _counts)
     problem = unreachable(args.url, args.timeout)
     if problem:
-        raise SystemExit(f"retool-sandbox bench: error: {problem} (is the sandbox running? retool-sandbox serve)")
+        raise KitError(problem, "is the sandbox running? retool-sandbox serve")
     rows = asyncio.run(run_bench(args.url, snippets, concurrencies, args.requests, args.warmup, args.timeout))
     print(f"bench {args.url}")
     print(format_table(rows))

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from sandbox.bench import SNIPPETS, percentile
+from sandbox.cli_errors import KitError, UsageError
 
 #: HTTP answers a client treats as "try later": what the kit's tool retries and finally reports as unavailable.
 UNAVAILABLE_STATUSES = frozenset({429, 502, 503, 504})
@@ -222,13 +223,13 @@ def recipe_clients(recipe: str, hw: str | None, layout: str) -> tuple[int, str]:
     try:
         from recipes.launch.capacity import recipe_demand
     except ImportError as exc:
-        raise SystemExit(f"--recipe needs the kit's recipes package and Hydra ({exc}); use --burst N instead") from exc
+        raise KitError(f"--recipe needs the kit's recipes package and Hydra ({exc})", "use --burst N instead") from exc
     from npu_kernels.platform import default_hardware
 
     try:
         demand = recipe_demand(recipe, hw or default_hardware(planning=True), shared=layout == "shared")
     except KeyError as exc:  # an unknown recipe or profile: the message lists the known ones
-        raise SystemExit(f"retool-sandbox bench: error: --recipe/--hw: {exc.args[0]}") from None
+        raise UsageError(f"--recipe/--hw: {exc.args[0]}") from None
     return demand.per_sandbox, demand.explain()
 
 
@@ -239,7 +240,7 @@ def run_burst_cli(args: argparse.Namespace, snippets: list[str]) -> int:
     else:
         clients = args.burst
     if clients < 1 or args.rounds < 1 or args.deadline <= 0:
-        raise SystemExit("--burst, --rounds and --deadline must be positive")
+        raise UsageError("--burst, --rounds and --deadline must be positive")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = clients + 256
     if soft != resource.RLIM_INFINITY and soft < wanted:

@@ -12,10 +12,12 @@ import subprocess
 import sys
 
 from sandbox.bench_burst import add_burst_options
+from sandbox.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, entry_point, fail
 from sandbox.keepalive import BACKOFF_S, MAX_DEATHS, WINDOW_S, run_keep_alive
 from sandbox.settings import DEFAULT_PRELOAD, SandboxSettings
 
 log = logging.getLogger("sandbox")
+PROG = "retool-sandbox"
 
 
 def _positive_int(text: str) -> int:
@@ -50,7 +52,7 @@ def _counts(text: str) -> list[int]:
 def build_parser() -> argparse.ArgumentParser:
     defaults = SandboxSettings()
     parser = argparse.ArgumentParser(
-        prog="retool-sandbox",
+        prog=PROG,
         description="SandboxFusion-compatible /run_code service (warm fork-server workers, bubblewrap isolation).",
     )
     sub = parser.add_subparsers(dest="command", required=True)
@@ -187,11 +189,11 @@ def _listen(host: str, port: int) -> socket.socket | None:
     except OSError as exc:
         sock.close()
         why = "the port is in use (another sandbox? stop it or pick --port)" if exc.errno == errno.EADDRINUSE else ""
-        print(f"retool-sandbox: cannot listen on {host}:{port}: {why or exc.strerror or exc}", file=sys.stderr)
+        fail(PROG, f"cannot listen on {host}:{port}: {why or exc.strerror or exc}")
         return None
     sock.set_inheritable(True)
     if port == 0:
-        print(f"retool-sandbox: --port 0: listening on {host}:{sock.getsockname()[1]}", file=sys.stderr, flush=True)
+        print(f"{PROG}: --port 0: listening on {host}:{sock.getsockname()[1]}", file=sys.stderr, flush=True)
     return sock
 
 
@@ -212,12 +214,12 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     sock = _listen(args.host, args.port)
     if sock is None:
-        return 1
+        return EXIT_FAILED
     args.port = sock.getsockname()[1]  # the port taken when --port 0 asked for any
     missing = [p for p in args.allow_path if not os.path.exists(p)]
     if missing:
-        print(f"retool-sandbox: --allow-path {missing[0]} does not exist", file=sys.stderr)
-        return 2
+        sock.close()
+        return fail(PROG, f"--allow-path {missing[0]} does not exist", "give a path on this machine", EXIT_USAGE)
     settings = SandboxSettings(
         host=args.host,
         port=args.port,
@@ -241,9 +243,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         plan = plan_isolation(settings)
     except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
-        print(f"retool-sandbox: {exc}", file=sys.stderr)
         sock.close()
-        return 1
+        return fail(PROG, str(exc))
     config = uvicorn.Config(
         create_app(settings, plan),
         host=settings.host,
@@ -258,13 +259,19 @@ def _serve(args: argparse.Namespace) -> int:
         server.run(sockets=[sock])
     finally:
         plan.cleanup()
-    return 0 if server.started else 1
+    return EXIT_OK if server.started else EXIT_FAILED
 
 
+@entry_point(PROG)
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     if args.command == "serve" and args.keep_alive:
+        if args.port == 0:
+            raise UsageError(
+                "--keep-alive with --port 0: each restart would listen on another free port",
+                "give a fixed --port the clients can keep using",
+            )
         return run_keep_alive(argv, args.host, args.port)
     if args.command == "serve":
         return _serve(args)

@@ -44,6 +44,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from npu_kernels.cli_errors import entry_point  # noqa: E402
 from npu_kernels.platform import PROFILES, TCMALLOC_SWITCH, applied, dtype_overrides, find_tcmalloc  # noqa: E402
 from recipes.smoke.progress import RL_STEP_TIME, SFT_STEP_TIME, step_metrics, step_times  # noqa: E402
 
@@ -393,6 +394,7 @@ def render(summary: dict[str, object]) -> str:
     return "\n".join(lines)
 
 
+@entry_point("python scripts/bench_cpu_step.py")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python scripts/bench_cpu_step.py",

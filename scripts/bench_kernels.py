@@ -41,6 +41,7 @@ import torch  # noqa: E402
 from npu_kernels import ops as kernel_ops  # noqa: E402
 from npu_kernels import patcher  # noqa: E402
 from npu_kernels import platform as kit_platform  # noqa: E402
+from npu_kernels.cli_errors import entry_point  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -275,6 +276,7 @@ def _dtype_for(name: str, platform: kit_platform.Platform) -> torch.dtype:
     return torch.bfloat16
 
 
+@entry_point("scripts/bench_kernels.py")
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     platform = kit_platform.current_platform()

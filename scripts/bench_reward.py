@@ -26,6 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from npu_kernels.cli_errors import entry_point  # noqa: E402
 from recipes.retool.reward import compute_score  # noqa: E402
 from recipes.retool.verify import math_verify_pool  # noqa: E402
 
@@ -146,6 +147,7 @@ def pin_to_one_core(cpu: int | None) -> str:
     return f"pinned to CPU {chosen} (math-verify worker inherits it)"
 
 
+@entry_point("python scripts/bench_reward.py")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=512, help="number of responses (default 512)")

@@ -36,7 +36,7 @@ tree is left as it was), the sdist checksum is wrong, or the tree is not verl $V
 EOF
 }
 
-die() { echo "setup_verl: ERROR: $*" >&2; exit 1; }
+die() { echo "setup_verl: error: $*" >&2; exit 1; }
 log() { echo "setup_verl: $*"; }
 
 source_kind=git repo="" sdist="" dest="" install=0 check=0

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, free_port, kit_env
 
+from npu_kernels.cli_errors import EXIT_FAILED, EXIT_USAGE
+
 BIN = Path(sys.executable).parent
 INSTALL = [
     f"{BIN}/retool-bundle",
@@ -56,10 +58,12 @@ def _generations(folder: Path) -> None:
 
 @dataclass(frozen=True)
 class Row:
-    """``argv`` (``{tmp}`` is the row's folder, ``{dead}`` a URL nothing answers) and the words the error must show."""
+    """``argv`` (``{tmp}`` is the row's folder, ``{dead}`` a URL nothing answers), the words the error line must
+    show, and the exit code (npu_kernels/cli_errors.py: 2 the input is wrong, 1 a check or a service failed)."""
 
     argv: list[str]
     shows: str
+    code: int = EXIT_USAGE
     env: dict[str, str] = field(default_factory=dict)
     plant: Callable[[Path], object] | None = None  # files the row needs before it runs (part of its folder)
 
@@ -70,7 +74,9 @@ ROWS = {
     "sandbox bench --concurrency abc": Row([f"{BIN}/retool-sandbox", "bench", "--concurrency", "abc"], "--concurrency"),
     "sandbox bench --concurrency 0": Row([f"{BIN}/retool-sandbox", "bench", "--concurrency", "1,0"], "--concurrency"),
     "sandbox bench --recipe nope": Row([f"{BIN}/retool-sandbox", "bench", "--recipe", "nope"], "unknown recipe 'nope'"),
-    "sandbox bench dead URL": Row([f"{BIN}/retool-sandbox", "bench", "--url", "{dead}"], "cannot reach http://"),
+    "sandbox bench dead URL": Row(
+        [f"{BIN}/retool-sandbox", "bench", "--url", "{dead}"], "cannot reach http://", code=EXIT_FAILED
+    ),
     "bundle install damaged manifest": Row(
         INSTALL,
         "MANIFEST.json cannot be read",
@@ -115,10 +121,58 @@ ROWS = {
     "run_npu.sh --shm-size abc": Row(
         ["bash", str(REPO_ROOT / "docker" / "run_npu.sh"), "--dry-run", "--shm-size", "abc"], "--shm-size: 'abc'"
     ),
-    "dapo train_batch_size=0": Row([*DAPO, "data.train_batch_size=0"], "data.train_batch_size=0 must be at least 1"),
-    "dapo train_batch_size=abc": Row([*DAPO, "data.train_batch_size=abc"], "data.train_batch_size='abc' must be"),
-    "dapo total_epochs=abc": Row([*DAPO, "trainer.total_epochs=abc"], "trainer.total_epochs='abc' must be"),
+    # a plan that fails its checks: the dry run's table names the override, exit 1
+    "dapo train_batch_size=0": Row([*DAPO, "data.train_batch_size=0"], "data.train_batch_size=0 must be at least 1", 1),
+    "dapo train_batch_size=abc": Row([*DAPO, "data.train_batch_size=abc"], "data.train_batch_size='abc' must be", 1),
+    "dapo total_epochs=abc": Row([*DAPO, "trainer.total_epochs=abc"], "trainer.total_epochs='abc' must be", 1),
     "dapo KIT_HW=bogus": Row(DAPO[:2] + DAPO[4:], "KIT_HW: unknown hardware profile 'bogus'", env={"KIT_HW": "bogus"}),
+    # issue 21's own additions: every option of every command that takes a value with a range or a kind
+    "dapo --max-restarts -1": Row([*DAPO, "--max-restarts", "-1"], "--max-restarts: -1 is out of range"),
+    "dapo profile= override": Row([*DAPO, "profile=a2"], "not a profile= override"),
+    "sandbox serve --keep-alive --port 0": Row(
+        [f"{BIN}/retool-sandbox", "serve", "--keep-alive", "--port", "0"], "--keep-alive with --port 0"
+    ),
+    "sandbox serve --workers 0": Row([f"{BIN}/retool-sandbox", "serve", "--workers", "0"], "--workers: 0 is not"),
+    "sandbox serve --allow-path missing": Row(
+        [f"{BIN}/retool-sandbox", "serve", "--port", "0", "--allow-path", "/no/such/dir"], "--allow-path /no/such/dir"
+    ),
+    "sandbox bench --snippets nope": Row(
+        [f"{BIN}/retool-sandbox", "bench", "--snippets", "nope"], "--snippets: unknown"
+    ),
+    "bundle install from a missing folder": Row([*INSTALL[:2], "--from", "{tmp}/nothing"], "MANIFEST.json is missing"),
+    "prepare missing --input": Row(
+        [f"{BIN}/retool-prepare", "sft", "--input", "{tmp}/no.jsonl", "--output", "{tmp}/o.parquet"],
+        "{tmp}/no.jsonl: no such file or folder",
+    ),
+    "prepare --output a folder": Row(
+        [f"{BIN}/retool-prepare", "sft", "--input", "x.jsonl", "--output", "{tmp}"], "--output {tmp} is a directory"
+    ),
+    "prepare broken jsonl": Row(
+        [f"{BIN}/retool-prepare", "rl", "--input", "{tmp}/bad.jsonl", "--output", "{tmp}/o.parquet"],
+        "invalid JSON on line 2",
+        plant=lambda tmp: (tmp / "bad.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n{"prompt": \n'),
+    ),
+    "doctor --only bogus": Row([f"{BIN}/retool-doctor", "--only", "bogus"], "--only: unknown check group(s) bogus"),
+    "eval missing input": Row([f"{BIN}/retool-eval", "{tmp}/gone.jsonl"], "{tmp}/gone.jsonl: no such file or folder"),
+    "eval broken jsonl": Row(
+        [f"{BIN}/retool-eval", "{tmp}/bad.jsonl"],
+        "{tmp}/bad.jsonl: line 1: not JSON",
+        plant=lambda tmp: (tmp / "bad.jsonl").write_text("{oops\n"),
+    ),
+    "launch unknown recipe": Row(
+        [f"{BIN}/retool-launch", "plan", "--recipe", "qwen3_4b_ppo", "--hw", "a3", "--dry-run"], "unknown recipe"
+    ),
+    "sft_to_rl missing checkpoint": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "sft_to_rl.sh"), "--ckpt-dir", "{tmp}/ckpt", "--dry-run"],
+        "no finished SFT checkpoint in {tmp}/ckpt",
+        code=EXIT_FAILED,
+    ),
+    "ray_cluster --port 0": Row([*CLUSTER, "--port", "0"], "--port: 0 is not a port"),
+    "docker build --hw a5": Row(["bash", str(REPO_ROOT / "docker" / "build.sh"), "--hw", "a5", "--dry-run"], "'a5'"),
+    "platform env --hw bogus": Row(
+        [sys.executable, "-m", "npu_kernels.platform", "env", "--phase", "rl", "--hw", "bogus"],
+        "invalid choice: 'bogus'",
+    ),
 }
 
 
@@ -140,7 +194,9 @@ def test_bad_input_is_one_line_and_changes_nothing(name: str, tmp_path: Path) ->
     proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
     shown = row.shows.replace("{tmp}", str(tmp_path))
-    assert proc.returncode != 0, f"{name}: exit 0\n{out[-3000:]}"
+    assert proc.returncode == row.code, f"{name}: exit {proc.returncode}, not {row.code}\n{out[-3000:]}"
     assert "Traceback" not in out, f"{name}: a traceback\n{out[-3000:]}"
-    assert shown in out, f"{name}: {shown!r} not shown\n{out[-3000:]}"
+    lines = [line for line in out.splitlines() if shown in line]
+    assert lines, f"{name}: {shown!r} not shown\n{out[-3000:]}"
+    assert any("error: " in line for line in lines), f"{name}: {shown!r} is not on an error line\n{out[-3000:]}"
     assert _snapshot(tmp_path) == before, f"{name}: files changed: {json.dumps(sorted(_snapshot(tmp_path)))}"

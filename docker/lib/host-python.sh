@@ -11,7 +11,7 @@ kit_host_exec() {
   local py
   py=$(kit_python)
   if ! "$py" -c 'import sys; sys.exit(sys.version_info < (3, 9))' 2>/dev/null; then
-    echo "${0##*/}: ERROR: needs Python >= 3.9 on this host; '$py' is missing or older (set KIT_PYTHON)" >&2
+    echo "${0##*/}: error: needs Python >= 3.9 on this host; '$py' is missing or older (set KIT_PYTHON)" >&2
     exit 2
   fi
   PYTHONPATH="$KIT_ROOT${PYTHONPATH:+:$PYTHONPATH}" exec "$py" -m "$@"

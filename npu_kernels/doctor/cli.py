@@ -15,6 +15,7 @@ from pathlib import Path
 
 from npu_kernels import pins
 from npu_kernels import platform as device
+from npu_kernels.cli_errors import EXIT_USAGE, entry_point, error_line, number_arg
 from npu_kernels.doctor.host import check_cann, check_npu_smi, check_platform
 from npu_kernels.doctor.network import check_network
 from npu_kernels.doctor.probes import (
@@ -174,17 +175,6 @@ def _csv(value: str) -> frozenset[str]:
     return names
 
 
-def _non_negative(text: str) -> float:
-    """A size in GB, 0 or more (a negative one made the disk check always pass)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="retool-doctor",
@@ -205,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", type=Path, action="append", default=[], help="data file or dir to check (repeatable)")
     parser.add_argument("--ckpt-dir", type=Path, help="where checkpoints go: checks free space and write access")
     parser.add_argument(
-        "--min-free-gb", type=_non_negative, default=100.0, help="free space to require (default %(default)s)"
+        "--min-free-gb", type=number_arg(0), default=100.0, help="free space to require (default %(default)s)"
     )
     parser.add_argument(
         "--node-ip",
@@ -223,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point("retool-doctor")
 def main(argv: Sequence[str] | None = None, probes: Probes | None = None) -> int:
     args = build_parser().parse_args(argv)
     opts = Options(
@@ -252,8 +243,8 @@ def main(argv: Sequence[str] | None = None, probes: Probes | None = None) -> int
     try:
         report = run_checks(opts, probes)
     except ValueError as exc:  # e.g. KIT_DEVICE=tpu or KIT_HW=a9: one clear line, not a traceback
-        print(f"retool-doctor: error: {exc}", file=sys.stderr)
-        return 2
+        print(error_line("retool-doctor", str(exc)), file=sys.stderr)
+        return EXIT_USAGE
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:

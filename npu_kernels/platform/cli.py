@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from npu_kernels import pins
+from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, entry_point, fail
 from npu_kernels.platform.env import PHASES, render_shell
 from npu_kernels.platform.npu import import_torch_npu
 from npu_kernels.platform.profiles import (
@@ -38,7 +39,7 @@ from npu_kernels.platform.profiles import (
     profile_of,
 )
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+PROG = "python -m npu_kernels.platform"
 
 
 def add_profile_option(parser: argparse.ArgumentParser, help_text: str, **kwargs: Any) -> None:
@@ -99,7 +100,7 @@ def _cmd_setup_scripts(args: argparse.Namespace) -> int:
     if args.required and missing:
         variable = next(p.setup_root[0] for p in platforms if p.setup_root)
         for script in missing:
-            print(f"error: {script} not found (set {variable} if it is installed elsewhere)", file=sys.stderr)
+            fail(PROG, f"{script} not found", f"set {variable} if it is installed elsewhere")
         return EXIT_FAILED
     return EXIT_OK
 
@@ -159,15 +160,13 @@ def constraints(profile: HardwareProfile, python: str = sys.executable) -> list[
 def _cmd_constraints(args: argparse.Namespace) -> int:
     profile = PROFILES[args.profile]
     if profile.image is None:
-        print(f"error: profile {profile.name} has no image", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, f"profile {profile.name} has no image", "give a profile of a device platform", EXIT_USAGE)
     print(f"# pip constraints of the retool-npu-kit image for --hw {profile.name}, from pins.env")
     print("# (python -m npu_kernels.platform constraints); unset PIP_CONSTRAINT to step outside them on purpose.")
     try:
         lines = constraints(profile, args.python)
     except (OSError, subprocess.CalledProcessError) as exc:
-        print(f"error: cannot read the image's versions with {args.python}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(PROG, f"cannot read the image's versions with {args.python}: {exc}")
     print("\n".join(lines))
     return EXIT_OK
 
@@ -179,7 +178,7 @@ def _cmd_default_hardware(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m npu_kernels.platform",
+        prog=PROG,
         description="The platform (npu/cuda/cpu) and hardware profiles (a2/a3/cuda/cpu) as the kit knows them. "
         f"Set {PLATFORM_OVERRIDE_ENV}=npu|cuda|cpu to force a platform, KIT_HW to pick the default profile.",
     )
@@ -233,10 +232,10 @@ HANDLERS = {
 }
 
 
+@entry_point(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return HANDLERS[args.command](args)
     except ValueError as exc:  # e.g. a bad KIT_DEVICE or KIT_HW: one clear line, not a traceback
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, str(exc), code=EXIT_USAGE)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from npu_kernels.cli_errors import EXIT_USAGE, UsageError, entry_point, error_line, fail
 from npu_kernels.platform.base import Platform
 from npu_kernels.platform.profiles import (
     CUDA,
@@ -37,16 +38,15 @@ from npu_kernels.platform.profiles import (
 
 #: The repository root: the build context, and where the Dockerfiles are.
 KIT_ROOT = Path(__file__).resolve().parents[2]
-EXIT_USAGE = 2
 VERL_SOURCES = ("sdist", "git")
 
 
-class ScriptError(Exception):
-    """A problem the user must fix: printed as ``<script>: ERROR: <message>``, exit 2 (what the shells did)."""
+class ScriptError(UsageError):
+    """A problem the user must fix: printed as ``<script>: error: <message>``, exit 2 (npu_kernels.cli_errors)."""
 
 
 class ScriptParser(argparse.ArgumentParser):
-    """argparse with the shells' conventions: ``Usage:`` and ``<script>: ERROR: ...`` (exit 2)."""
+    """argparse with the shells' conventions: ``Usage:``, and ``<script>: error: ...`` (exit 2) as every command."""
 
     def format_usage(self) -> str:
         return super().format_usage().replace("usage:", "Usage:", 1)
@@ -56,7 +56,7 @@ class ScriptParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{short_name(self.prog)}: ERROR: {message}\n")
+        self.exit(EXIT_USAGE, error_line(short_name(self.prog), message) + "\n")
 
 
 def short_name(prog: str) -> str:
@@ -371,6 +371,7 @@ def device_run_args(
     return out
 
 
+@entry_point("python -m npu_kernels.platform.images")
 def main(argv: Sequence[str] | None = None) -> int:
     """``[--prog NAME] build [options]``: ``--prog`` is the script that execs this (docker/build.sh), for messages."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -384,9 +385,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog, argv = f"{prog} build", argv[1:]
     try:
         return main_build(argv, prog)
-    except (ScriptError, ValueError) as exc:  # ValueError: a bad KIT_HW or pins.env, one clear line
-        print(f"{short_name(prog)}: ERROR: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except ScriptError as exc:
+        return fail(short_name(prog), exc.what, exc.fix, exc.exit_code)
+    except ValueError as exc:  # a bad KIT_HW or pins.env, one clear line
+        return fail(short_name(prog), str(exc), code=EXIT_USAGE)
 
 
 if __name__ == "__main__":

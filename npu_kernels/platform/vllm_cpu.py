@@ -32,6 +32,7 @@ import zipfile
 from pathlib import Path
 
 from npu_kernels import pins
+from npu_kernels.cli_errors import entry_point
 from npu_kernels.platform.base import RolloutEngine
 
 #: The distribution PyPI's CPU build of vLLM registers (pins.env).
@@ -118,6 +119,7 @@ def alias_wheel(out_dir: Path, version: str) -> Path:
     return wheel
 
 
+@entry_point(f"python -m {__name__}")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=f"python -m {__name__}", description="vLLM's CPU build in the kit's venv (scripts/lib/venv.sh)."

@@ -23,14 +23,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, entry_point, fail, whole_number_arg
 from npu_kernels.platform import PROFILE_NAMES, PROFILES, applied, default_hardware
 from npu_kernels.platform.cli import add_profile_option
 from recipes.launch import catalog, inputs, restart
 from recipes.launch.plan import UsageError, build
 from recipes.launch.report import render
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 SCALES = ("full", "smoke")
+PROG = "retool-launch"
+RUN_PROG = "run_recipe"  # what the run scripts' messages are prefixed with: the user typed a run script
 
 
 def _epilog() -> str:
@@ -42,7 +44,7 @@ def _epilog() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="python -m recipes.launch",
+        prog=PROG,
         description="Compose, validate and launch the kit's ReTool recipes (verl 0.6.1) on a2, a3, cuda or cpu.",
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -97,7 +99,7 @@ def build_run_parser() -> argparse.ArgumentParser:
     _add_parity_option(run)
     run.add_argument(
         "--max-restarts",
-        type=_non_negative_int,
+        type=whole_number_arg(0),
         default=0,
         metavar="N",
         help="when the trainer exits non-zero, clean up its processes and relaunch it with trainer.resume_mode=auto "
@@ -106,16 +108,6 @@ def build_run_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("overrides", nargs="*", help="Hydra overrides for verl (key=value)")
     return run
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
 
 
 def _add_parity_option(parser: argparse.ArgumentParser) -> None:
@@ -147,13 +139,11 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     try:
         recipe = catalog.get(args.recipe)
     except KeyError as exc:
-        print(f"run_recipe: error: {exc.args[0]}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(RUN_PROG, exc.args[0], code=EXIT_USAGE)
     try:
         hw = args.profile or default_hardware(environ, planning=args.dry_run)
     except ValueError as exc:  # KIT_HW names no profile (the doctor reports the same value as a failed check)
-        print(f"run_recipe: error: KIT_HW: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(RUN_PROG, f"KIT_HW: {exc}", code=EXIT_USAGE)
     env = applied(PROFILES[hw].env(recipe.phase, environ), environ)
     log = sys.stdout if args.dry_run else sys.stderr
     try:
@@ -169,8 +159,7 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
                 environ=env,
             )
     except UsageError as exc:
-        print(f"run_recipe: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(RUN_PROG, exc.what, exc.fix, exc.exit_code)
     print(render(plan, dry_run=args.dry_run), file=log, flush=True)
     if plan.errors:
         return EXIT_FAILED
@@ -187,6 +176,7 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     return EXIT_FAILED  # not reached
 
 
+@entry_point(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["run"]:
@@ -197,24 +187,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         recipe = catalog.get(args.recipe)
     except KeyError as exc:
-        print(f"error: {exc.args[0]}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, exc.args[0], code=EXIT_USAGE)
     # verl and Hydra print while loading; in --argv mode stdout carries the command only.
     log = sys.stdout if args.dry_run else sys.stderr
-    try:
-        with contextlib.redirect_stdout(log):
-            plan = build(
-                recipe,
-                args.hw,
-                args.overrides,
-                scale=args.scale,
-                parity=args.parity,
-                path_check=not args.no_path_check,
-                for_launch=args.argv,
-            )
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    with contextlib.redirect_stdout(log):
+        plan = build(
+            recipe,
+            args.hw,
+            args.overrides,
+            scale=args.scale,
+            parity=args.parity,
+            path_check=not args.no_path_check,
+            for_launch=args.argv,
+        )
     print(render(plan, dry_run=args.dry_run), file=log, flush=True)
     if plan.errors:
         return EXIT_FAILED

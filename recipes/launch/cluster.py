@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, entry_point, fail, port_arg
 from npu_kernels.platform import PROFILES, default_hardware
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+PROG = "ray_cluster"
+START_RAY = "start one on every node with scripts/ray_cluster.sh head|worker"
 
 
 @dataclass(frozen=True)
@@ -121,14 +123,13 @@ def status(hw: str, expected_nodes: int, address: str | None) -> int:
     try:
         states = live_states(hw, address)
     except Exception as exc:  # noqa: BLE001
-        print(f"ray_cluster: error: cannot connect to a Ray cluster at {address or 'auto'}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(PROG, f"cannot connect to a Ray cluster at {address or 'auto'}: {exc}", START_RAY)
     for state in states:
         cpus = f"  CPU {state.cpus:g}" if profile.devices_per_node else ""
         print(f"node {state.address:<16} {'alive' if state.alive else 'DEAD '}  {resource} {state.devices:g}{cpus}")
     problems = evaluate(states, hw, expected_nodes)
     for problem in problems:
-        print(f"ray_cluster: error: {problem}", file=sys.stderr)
+        fail(PROG, problem)
     if not problems:
         print(f"cluster ready: {expected_nodes} node(s), profile {hw}")
     return EXIT_FAILED if problems else EXIT_OK
@@ -234,17 +235,6 @@ NCCL_SOCKET_IFNAME/... on CUDA) to the interface that carries the node address, 
 """
 
 
-def _port(text: str) -> int:
-    """A TCP port to listen on, 1-65535 (``--sandbox-port 99999`` used to reach the sandbox's bind)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text} is not a port (1-65535)")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     from npu_kernels.platform.cli import add_profile_option
     from recipes.launch import node_sandbox, ray_node
@@ -271,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--port",
-        type=_port,
+        type=port_arg,
         default=os.environ.get("RAY_PORT", "").strip() or str(ray_node.DEFAULT_PORT),  # a string: argparse checks it
         help="head: GCS port; worker: the head's when --address has none (default $RAY_PORT, else %(default)s)",
     )
@@ -300,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--sandbox-port",
-        type=_port,
+        type=port_arg,
         default=node_sandbox.DEFAULT_PORT,
         help="the per-node sandbox's port (%(default)s)",
     )
@@ -323,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     from recipes.launch import node_sandbox, ray_node
 
@@ -331,8 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         hw = args.profile or default_hardware()
     except ValueError as exc:  # a bad KIT_HW
-        print(f"ray_cluster: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, f"KIT_HW: {exc}", code=EXIT_USAGE)
     if args.dashboard_public and args.command != "head":
         parser.error("--dashboard-public is for head only")
     if args.with_sandbox and args.command not in ("head", "worker"):
@@ -361,8 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return ray_node.start_node(request)
     except ray_node.NodeError as exc:
-        print(f"ray_cluster: error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(PROG, str(exc))
 
 
 if __name__ == "__main__":

@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from npu_kernels.cli_errors import EXIT_USAGE, entry_point, fail
 from npu_kernels.platform.env import PHASES
 from npu_kernels.platform.images import (
     ACCESS,
-    EXIT_USAGE,
     ScriptError,
     ScriptParser,
     choose_profile,
@@ -234,6 +234,7 @@ def compose(
     return cmd, args.dry_run
 
 
+@entry_point("python -m recipes.launch.containers")
 def main(argv: Sequence[str] | None = None) -> int:
     """``[--prog NAME] PLATFORM [options] [--] [command...]``; ``--prog`` is the script that execs this."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -255,9 +256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         cmd, dry_run = compose(platform, argv, os.environ, say, prog)
-    except (ScriptError, ValueError) as exc:  # ValueError: a bad KIT_HW, one clear line
-        print(f"{name}: ERROR: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except ScriptError as exc:
+        return fail(name, exc.what, exc.fix, exc.exit_code)
+    except ValueError as exc:  # a bad KIT_HW, one clear line
+        return fail(name, str(exc), code=EXIT_USAGE)
     if dry_run:
         print(shlex.join(cmd))
         return 0

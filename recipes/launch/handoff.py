@@ -26,17 +26,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from npu_kernels.cli_errors import EXIT_OK, EXIT_USAGE, KitError, entry_point, fail
 from npu_kernels.platform import default_hardware
 from npu_kernels.platform.cli import add_profile_option
 from recipes.launch import catalog, inputs
 
 MARKER = "kit_merge.json"
 TRACKER = "latest_checkpointed_iteration.txt"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+PROG = "sft_to_rl"
 
 
-class HandoffError(Exception):
-    """Something is missing or inconsistent; the message says what and how to fix it."""
+class HandoffError(KitError):
+    """The checkpoint or the target is not fit for a merge; the message says what and how to fix it (exit 1)."""
 
 
 @dataclass(frozen=True)
@@ -189,28 +190,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.hw = args.profile or default_hardware()
     except ValueError as exc:  # KIT_HW names no profile
-        print(f"sft_to_rl: error: KIT_HW: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        handoff = plan(args)
-        print(f"SFT checkpoint: {handoff.step_dir} (step {handoff.step})")
-        if args.dry_run:
-            if target_holds_this_merge(handoff, args.force):
-                print(f"{handoff.target} already holds this merge: the real run merges nothing")
-            print("merge command: " + shlex.join(handoff.merge_command()))
-            print(rl_instructions(handoff))
-            print("dry run: nothing merged")
-            return EXIT_OK
-        print(f"{merge(handoff, args.force)}: {handoff.target}")
+        return fail(PROG, f"KIT_HW: {exc}", code=EXIT_USAGE)
+    handoff = plan(args)
+    print(f"SFT checkpoint: {handoff.step_dir} (step {handoff.step})")
+    if args.dry_run:
+        if target_holds_this_merge(handoff, args.force):
+            print(f"{handoff.target} already holds this merge: the real run merges nothing")
+        print("merge command: " + shlex.join(handoff.merge_command()))
         print(rl_instructions(handoff))
-    except HandoffError as exc:
-        print(f"sft_to_rl: error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        print("dry run: nothing merged")
+        return EXIT_OK
+    print(f"{merge(handoff, args.force)}: {handoff.target}")
+    print(rl_instructions(handoff))
     return EXIT_OK
 
 

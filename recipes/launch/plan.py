@@ -18,6 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from npu_kernels.cli_errors import UsageError  # the request itself is wrong: a bad override, profile, ...
 from npu_kernels.platform import PROFILES, current_platform
 from recipes.launch import budget, checks, cluster, compose, inputs, memory, paths, ray_cpus, trace
 from recipes.launch import parity as parity_settings
@@ -33,10 +34,6 @@ _SAFE_VALUE = re.compile(r"[\w./:@+\-]+")
 #: Plain values Hydra's override grammar types as int, float, bool or null (case-insensitive, as Hydra reads them).
 _NON_STRING = re.compile(r"[+-]?(\d[\d_]*(\.\d*)?([eE][+-]?\d+)?|\.\d+|inf|nan)|true|false|null", re.IGNORECASE)
 _KEY = re.compile(r"^(?:~|\+\+|\+)?([^=]+)=")
-
-
-class UsageError(Exception):
-    """The request itself is wrong (not the config): unknown recipe/profile, a `profile=` override, ..."""
 
 
 def hydra_override(key: str, value: object, *, string: bool = False) -> str:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from npu_kernels.cli_errors import KitError, UsageError
 from npu_kernels.platform import PROFILES, applied
 from recipes.launch import node_sandbox, nodenet
 
@@ -36,8 +37,8 @@ DASHBOARD_PORT = 8265  # Ray's default --dashboard-port
 LOCAL_DASHBOARD, PUBLIC_DASHBOARD = "127.0.0.1", "0.0.0.0"  # noqa: S104  (the opt-in the warning is about)
 
 
-class NodeError(Exception):
-    """A start that cannot go on; the message is the one line the user sees."""
+class NodeError(KitError):
+    """A start that cannot go on (exit 1); a wrong option is a UsageError (exit 2). Either is one line."""
 
 
 def say(text: str) -> None:
@@ -111,13 +112,13 @@ def _node_ip(request: NodeRequest, probes: nodenet.NetProbes | None) -> tuple[st
     head = None
     if request.role == "worker":
         if not request.address:
-            raise NodeError("worker needs the head's address: --address HEAD_IP:PORT (or RAY_HEAD_ADDRESS)")
+            raise UsageError("worker needs the head's address", "--address HEAD_IP:PORT (or RAY_HEAD_ADDRESS)")
         head = request.address if ":" in request.address else f"{request.address}:{request.port}"
         node_ip = request.node_ip or nodenet.address_toward(head.rpartition(":")[0], probes)
     else:
         node_ip = request.node_ip or nodenet.head_address(probes)
     if not node_ip:
-        raise NodeError("cannot tell this node's address: pass --node-ip IP")
+        raise UsageError("cannot tell this node's address", "pass --node-ip IP")
     return node_ip, head
 
 
@@ -129,12 +130,12 @@ def _interface(request: NodeRequest, node_ip: str, environ: Mapping[str, str], p
         held = nodenet.interfaces(probes)
         if held is not None and named not in held:
             what = "--ifname" if request.ifname else nodenet.IFNAME_ENV
-            raise NodeError(f"{what} {named}: no interface of that name holds an IPv4 address here ({', '.join(held)})")
+            raise UsageError(f"{what} {named}: no interface of that name holds an IPv4 address here", ", ".join(held))
         return named
     found = nodenet.interface_of(node_ip, probes)
     if found:
         return found
-    raise NodeError(f"no interface holds {node_ip}: pass --ifname IFACE (or set {nodenet.IFNAME_ENV})")
+    raise UsageError(f"no interface holds {node_ip}", f"pass --ifname IFACE (or set {nodenet.IFNAME_ENV})")
 
 
 def ray_command(request: NodeRequest, node_ip: str, head: str | None, device_args: list[str]) -> list[str]:

@@ -24,6 +24,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from npu_kernels.cli_errors import EXIT_OK, KitError, UsageError, entry_point
 from recipes.launch.inputs import DEFAULT_DATA_DIR, DEFAULT_MODELS_DIR
 
 #: (retool-prepare command, hub dataset id, parquet name the recipes read by default)
@@ -39,8 +40,8 @@ Download = Callable[[str, str, Path], None]  # (repo id, "dataset"|"model", dest
 Run = Callable[[Sequence[str]], None]  # runs a command, raises on failure
 
 
-class BundleError(RuntimeError):
-    """Something the user must fix; printed as one line."""
+class BundleError(UsageError):
+    """A bundle or a folder the user named is not as it must be (exit 2, one line: npu_kernels.cli_errors)."""
 
 
 def say(message: str) -> None:
@@ -53,13 +54,13 @@ def hub_download(repo_id: str, repo_type: str, dest: Path) -> None:
     try:
         snapshot_download(repo_id, repo_type=repo_type, local_dir=str(dest))
     except Exception as exc:  # noqa: BLE001 (hub, network and offline-mode errors alike: one line for the user)
-        raise BundleError(f"{repo_id}: download failed ({type(exc).__name__}: {exc}); is this machine online?") from exc
+        raise KitError(f"{repo_id}: download failed ({type(exc).__name__}: {exc})", "is this machine online?") from exc
 
 
 def run_command(argv: Sequence[str]) -> None:
     say("$ " + " ".join(argv))
     if subprocess.run(list(argv)).returncode != 0:
-        raise BundleError(f"command failed: {' '.join(argv)}")
+        raise KitError(f"command failed: {' '.join(argv)}", "see its messages above")
 
 
 def file_sha256(path: Path) -> str:
@@ -236,17 +237,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@entry_point("retool-bundle")
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        if args.command == "create":
-            create(args.out, args.model, args.image, not args.no_wheels)
-        else:
-            install(args.bundle, args.data_dir, args.models_dir, args.pip, force=args.force)
-    except BundleError as exc:
-        say(f"error: {exc}")
-        return 2
-    return 0
+    if args.command == "create":
+        create(args.out, args.model, args.image, not args.no_wheels)
+    else:
+        install(args.bundle, args.data_dir, args.models_dir, args.pip, force=args.force)
+    return EXIT_OK
 
 
 if __name__ == "__main__":

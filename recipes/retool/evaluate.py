@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from npu_kernels.cli_errors import EXIT_OK, UsageError, counts_arg, entry_point
 from recipes.retool.generations import (
     OUTPUT_KEYS,
     Sample,
@@ -263,28 +264,17 @@ def to_markdown(report: Report) -> str:
     return "\n".join(out + _table(header, rows)) + "\n"
 
 
-def _ks(text: str) -> list[int]:
-    """``--k``: whole numbers of at least 1 (``--k 0`` used to add a "pass@0" column)."""
-    try:
-        ks = sorted({int(k) for k in text.split(",") if k.strip()})
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
-    if not ks or ks[0] < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: each k must be at least 1")
-    return ks
-
-
 def check_args(args: argparse.Namespace) -> None:
-    """Options that cannot work together or with these inputs: a ValueError naming them, before any reading."""
+    """Options that cannot work together or with these inputs: a UsageError naming them, before any reading."""
     if args.step is not None and args.all_steps:
-        raise ValueError("--step and --all-steps: give one (a step's file, or every step's)")
+        raise UsageError("--step and --all-steps: give one (a step's file, or every step's)")
     files = [str(path) for path in args.inputs if path.is_file()]
     if args.step is not None and files:
-        raise ValueError(f"--step {args.step} picks a file in a dump folder, but {files[0]} is a file")
+        raise UsageError(f"--step {args.step} picks a file in a dump folder, but {files[0]} is a file")
     tokenizer = args.tokenizer or ""
     looks_like_path = tokenizer.startswith((".", "/", "~")) or tokenizer.count("/") > 1  # a hub id is org/name
     if looks_like_path and not Path(tokenizer).expanduser().is_dir():
-        raise ValueError(f"--tokenizer {tokenizer}: no such folder (a tokenizer folder, or a hub name org/name)")
+        raise UsageError(f"--tokenizer {tokenizer}: no such folder (a tokenizer folder, or a hub name org/name)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -300,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--step", type=int, help="in a dump folder, this step's file (default: the last step)")
     parser.add_argument("--all-steps", action="store_true", help="in a dump folder, every step's file together")
     parser.add_argument("--data", type=Path, action="append", default=[], help="RL/val parquet: data_source lookup")
-    parser.add_argument("--k", type=_ks, help="comma-separated k for pass@k (default 1, 2, 4, ... up to n)")
+    parser.add_argument("--k", type=counts_arg, help="comma-separated k for pass@k (default 1, 2, 4, ... up to n)")
     parser.add_argument("--tokenizer", help="tokenizer (path or name) to also count response tokens")
     parser.add_argument("--tool-name", default="code_interpreter", help="tool a well-formed call must name")
     parser.add_argument("--json", type=Path, help="write the report as JSON here")
@@ -313,10 +303,10 @@ def run(args: argparse.Namespace) -> Report:
     files = [f for path in args.inputs for f in dump_files(path, args.step, args.all_steps)]
     records = read_records(files)
     if not records:
-        raise ValueError(f"no records in {', '.join(map(str, files))}")
+        raise UsageError(f"no records in {', '.join(map(str, files))}")
     unknown = [i for i, r in enumerate(records, 1) if not any(key in r for key in OUTPUT_KEYS)]
     if unknown:
-        raise ValueError(
+        raise UsageError(
             f"{len(unknown)} of {len(records)} records (first: record {unknown[0]}) have no response field "
             f"({', '.join(OUTPUT_KEYS)}): not a generations file?"
         )
@@ -327,7 +317,10 @@ def run(args: argparse.Namespace) -> Report:
     if args.tokenizer:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(args.tokenizer)
+        except OSError as exc:  # transformers: not a tokenizer folder, or a hub name this machine cannot fetch
+            raise UsageError(f"--tokenizer {args.tokenizer}: cannot load a tokenizer ({exc})") from None
         for sample in samples:
             sample.length_tokens = len(tokenizer(sample.response, add_special_tokens=False).input_ids)
     report = evaluate(samples, args.k)
@@ -335,20 +328,17 @@ def run(args: argparse.Namespace) -> Report:
     if dropped:
         most = max(max(ks, default=0) for ks in report.ks.values())
         too_big = ",".join(map(str, dropped))
-        raise ValueError(f"--k {too_big}: more than the samples per problem (largest k here: {most})")
+        raise UsageError(f"--k {too_big}: more than the samples per problem (largest k here: {most})")
     report.files = [str(f) for f in files]
     report.unmatched = unmatched
     return report
 
 
+@entry_point("retool-eval")
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        check_args(args)
-        report = run(args)
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"retool-eval: error: {exc}", file=sys.stderr)
-        return 2
+    check_args(args)
+    report = run(args)
     markdown = to_markdown(report)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -358,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.markdown.write_text(markdown)
     if not args.quiet and not args.markdown:
         print(markdown, end="")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from npu_kernels.cli_errors import MissingPathError, UsageError
 from recipes.retool.tool_output import response_outcomes
 
 INPUT_KEYS = ("input", "prompt", "question", "problem")
@@ -153,19 +154,19 @@ def dump_files(path: Path, step: int | None = None, all_steps: bool = False) -> 
     if path.is_file():
         return [path]
     if not path.is_dir():
-        raise FileNotFoundError(f"{path}: no such file or folder")
+        raise MissingPathError(f"{path}: no such file or folder")
     numbered = sorted((int(p.stem), p) for p in path.glob("*.jsonl") if p.stem.isdigit())
     if not numbered:
         files = sorted(path.glob("*.jsonl"))
         if not files:
-            raise FileNotFoundError(f"{path}: no .jsonl files")
+            raise MissingPathError(f"{path}: no .jsonl files")
         return files
     if all_steps:
         return [p for _, p in numbered]
     if step is not None:
         chosen = [p for s, p in numbered if s == step]
         if not chosen:
-            raise FileNotFoundError(f"{path}: no dump of step {step} (have {', '.join(str(s) for s, _ in numbered)})")
+            raise MissingPathError(f"{path}: no dump of step {step} (have {', '.join(str(s) for s, _ in numbered)})")
         return chosen
     return [numbered[-1][1]]
 
@@ -180,9 +181,9 @@ def read_records(files: Iterable[Path]) -> list[dict[str, Any]]:
             try:
                 record = json.loads(line)
             except ValueError as exc:
-                raise ValueError(f"{file}: line {lineno}: not JSON: {exc}") from None
+                raise UsageError(f"{file}: line {lineno}: not JSON: {exc}") from None
             if not isinstance(record, dict):
-                raise ValueError(f"{file}: line {lineno}: expected a JSON object")
+                raise UsageError(f"{file}: line {lineno}: expected a JSON object")
             records.append(record)
     return records
 

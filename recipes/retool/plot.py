@@ -39,6 +39,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, entry_point, fail
+
 
 @dataclass(frozen=True)
 class Panel:
@@ -75,6 +77,7 @@ Series = dict[str, list[tuple[int, float]]]
 
 
 Runs = dict[str, Series]  # run label -> its scalars
+PROG = "retool-plot"
 LINESTYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D")
 
@@ -213,7 +216,7 @@ def plot(root: Path | Sequence[Path], out: Path, panels: Sequence[Panel] = PANEL
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="retool-plot",
+        prog=PROG,
         description="Draw ReTool runs' curves (val acc by the kit's verifier and by verl's strict rule, reward, "
         "response length, turns/tool rounds, entropy, step time, SFT loss) as PNGs from their tensorboard event "
         "files; several runs are drawn as one line each.",
@@ -228,16 +231,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _error(message: str) -> int:
-    print(f"retool-plot: error: {message}", file=sys.stderr)
-    return 2
+def _error(what: str, fix: str = "") -> int:
+    return fail(PROG, what, fix, EXIT_USAGE)
 
 
+@entry_point(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     missing = [str(d) for d in args.logdirs if not Path(d).exists()]
     if missing:
-        return _error(f"{', '.join(missing)}: no such folder (give the run's tensorboard folder, TENSORBOARD_DIR)")
+        return _error(f"{', '.join(missing)}: no such folder", "give the run's tensorboard folder, TENSORBOARD_DIR")
     if not any(event_files(d) for d in args.logdirs):
         return _error(f"no tensorboard event files under {', '.join(map(str, args.logdirs))}")
     if args.list_tags:
@@ -247,20 +250,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  {tag}  ({len(points)} points)")
         return 0
     if args.out is None:
-        return _error("--out DIR is required to draw the panels (--list-tags only lists what was logged)")
+        return _error("--out DIR is required to draw the panels", "--list-tags only lists what was logged")
     panels = list(PANELS)
     if args.panels:
         names = [n.strip() for n in args.panels.split(",") if n.strip()]
         unknown = sorted(set(names) - {p.name for p in PANELS})
         if unknown:
-            return _error(f"unknown panel(s) {', '.join(unknown)}; choose from {', '.join(p.name for p in PANELS)}")
+            return _error(f"--panels: unknown {', '.join(unknown)}", f"choose from {', '.join(p.name for p in PANELS)}")
         panels = [p for p in PANELS if p.name in names]
     files, empty = plot(args.logdirs, args.out, panels)
     for file in files:
         print(f"wrote {file}")
     if empty:
         print(f"no data for: {', '.join(empty)}")
-    return 0 if files else 1
+    return EXIT_OK if files else EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from npu_kernels.cli_errors import EXIT_OK, UsageError, entry_point, whole_number_arg
 from recipes.retool.rows import dedup_key, to_rl_row
 from recipes.retool.sft import to_sft_row
 from recipes.retool.sources import (
@@ -149,17 +150,6 @@ def prepare_rl(args: argparse.Namespace, source: Source, fmt: str, split: str) -
     return rows
 
 
-def _row_limit(text: str) -> int:
-    """``--limit``: 0 (all rows) or a positive count; a negative one used to slice rows off the end silently."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be 0 (all rows) or more")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="retool-prepare",
@@ -180,7 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
         formats = SFT_FORMATS if name == "sft" else RL_FORMATS
         p.add_argument("--format", choices=formats, help="source schema (default: detected from the columns)")
         p.add_argument("--split", default="train", help="split to read from a hub id or folder (default: train)")
-        p.add_argument("--limit", type=_row_limit, default=0, help="convert only the first N rows (0: all)")
+        p.add_argument(
+            "--limit",
+            type=whole_number_arg(0, meaning="0 (all rows)"),
+            default=0,
+            help="convert only the first N rows (0: all)",
+        )
         p.add_argument("--skip-invalid", action="store_true", help="skip rows that fail validation (default: stop)")
         if name == "sft":
             p.add_argument(
@@ -212,12 +207,14 @@ class _Limited(Source):
         super().__init__(source.name, source.columns, total, batches)
 
 
+@entry_point("retool-prepare")
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     start = time.monotonic()
     if args.output.is_dir():  # refused before any work, not an IsADirectoryError after it
-        log(f"error: --output {args.output} is a directory: name the parquet file to write ({args.output}/a.parquet)")
-        return 2
+        raise UsageError(
+            f"--output {args.output} is a directory", f"name the parquet file to write, e.g. {args.output}/a.parquet"
+        )
     try:
         source = open_source(args.input, split=args.split)
         fmt = args.format or detect_format(source.columns, source.name)
@@ -234,25 +231,20 @@ def main(argv: list[str] | None = None) -> int:
         if not rows:
             raise SchemaError(source.name, None, "<rows>", "no rows to write")
         write_parquet_atomic(rows, args.output)
-    except (SchemaError, FileNotFoundError) as exc:
-        log(f"error: {exc}")
-        return 2
     except ConnectionError as exc:  # datasets: "Couldn't reach '<id>' on the Hub (OfflineModeIsEnabled)" and the like
-        log(
-            f"error: {args.input}: the Hugging Face hub cannot be reached ({exc}). On an offline cluster, download it "
-            f"on a connected machine (retool-bundle create, or hf download --repo-type dataset {args.input} "
-            "--local-dir DIR), copy DIR here and pass --input DIR"
-        )
-        return 2
+        raise UsageError(
+            f"{args.input}: the Hugging Face hub cannot be reached ({exc})",
+            f"on an offline cluster, download it on a connected machine (retool-bundle create, or hf download "
+            f"--repo-type dataset {args.input} --local-dir DIR), copy DIR here and pass --input DIR",
+        ) from None
     except Exception as exc:
         import pyarrow as pa
 
         if not isinstance(exc, pa.ArrowException):
             raise
-        log(f"error: {args.input}: not a readable parquet/jsonl file ({type(exc).__name__}: {exc})")
-        return 2
+        raise UsageError(f"{args.input}: not a readable parquet/jsonl file ({type(exc).__name__}: {exc})") from None
     log(f"wrote {len(rows):,} rows to {args.output} in {time.monotonic() - start:.1f}s")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from npu_kernels.cli_errors import MissingPathError, UsageError
+
 FORMATS = ("retool_rl", "dapo", "aime_maxwell", "problem_answer", "sft_multiturn", "retool_sft_raw")
 RL_FORMATS = ("retool_rl", "dapo", "aime_maxwell", "problem_answer")
 SFT_FORMATS = ("sft_multiturn", "retool_sft_raw")
@@ -29,7 +31,7 @@ SFT_FORMATS = ("sft_multiturn", "retool_sft_raw")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-class SchemaError(ValueError):
+class SchemaError(UsageError, ValueError):
     """A row does not match its schema; the message names the file, the row and the field.
 
     ``row`` is the 0-based index the code counts with; messages count from 1, as jsonl line numbers do, so "row 3"
@@ -185,7 +187,7 @@ def open_source(location: str, split: str = "train") -> Source:
         return _folder_source(path, split)
     if _HUB_ID.match(location) and not location.startswith((".", "/", "~")):
         return _hub_source(location, split)
-    raise FileNotFoundError(f"{location}: no such file or folder (and not a hub id of the form org/name)")
+    raise MissingPathError(f"{location}: no such file or folder (and not a hub id of the form org/name)")
 
 
 def detect_format(columns: list[str], source: str = "input") -> str:

@@ -29,11 +29,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from npu_kernels.cli_errors import EXIT_OK, EXIT_USAGE, UsageError, entry_point
+
 if TYPE_CHECKING:
     from npu_kernels.platform import HardwareProfile, Platform
 
 KIT_ROOT = Path(__file__).resolve().parents[2]
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 #: --rollout choices: verl's rollout names the smoke can run.
 ROLLOUTS = ("vllm", "hf")
 #: What ``check-args`` answers for a platform whose stack is the kit's venv (scripts/lib/venv.sh).
@@ -57,10 +58,6 @@ OUT/rl/{tensorboard,val_generations,rollouts}, OUT/eval/eval.{md,json}, OUT/plot
 Measured with --fast on 2 CPU cores (AVX2 only) while a CPU trainer test ran alongside: 7.9 min (471 s), of which
 SFT 4.4 min (96 steps, 2.3 s/step) and RL 2.7 min (vLLM's CPU build, 14.8 s/step); the README's 6.9 min is alone.
 """
-
-
-class UsageError(Exception):
-    """Bad options, or a platform this interpreter cannot serve: one line, exit status 2."""
 
 
 def default_out() -> Path:
@@ -324,17 +321,14 @@ def _run(words: list[str]) -> int:
     return smoke.run()
 
 
+@entry_point("smoke")
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     command, rest = (words[0], words[1:]) if words else ("", [])
-    try:
-        if command == "check-args":
-            return _check_args(rest)
-        if command == "run":
-            return _run(rest)
-    except UsageError as exc:
-        print(f"smoke: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    if command == "check-args":
+        return _check_args(rest)
+    if command == "run":
+        return _run(rest)
     args = build_parser().parse_args(words)
     if args.command == "tool-call-rate":
         from recipes.smoke.toolcheck import tool_call_rate

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from npu_kernels.cli_errors import entry_point
 from recipes.smoke.make_data import DAPO_TEMPLATE, RETOOL_TEMPLATE
 
 BASES = (2, 3, 7, 8)
@@ -125,6 +126,7 @@ def write(out: Path, seed: int, sizes: Sizes = Sizes()) -> dict[str, Path]:
     return paths
 
 
+@entry_point("python -m recipes.smoke.learn_data")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recipes.smoke.learn_data", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="output folder")

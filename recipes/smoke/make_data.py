@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from npu_kernels.cli_errors import entry_point
+
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SEED = 20250101
 N_SFT, N_RL, N_VAL = 96, 32, 6
@@ -111,6 +113,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
 
 
+@entry_point("python -m recipes.smoke.make_data")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m recipes.smoke.make_data", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=DATA_DIR, help="output folder (default: %(default)s)")

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from npu_kernels.cli_errors import entry_point
 from recipes.retool.bundle import file_sha256  # streamed sha256, one copy in the kit
 
 # Qwen2/Qwen2.5/Qwen3 pre-tokenizer regex (tokenizer.json "Split" pattern; note the single-digit \p{N}, unlike
@@ -451,6 +452,7 @@ def build_tiny_qwen(
     return out_dir
 
 
+@entry_point("python -m recipes.smoke.tiny_model")
 def main(argv: list[str] | None = None) -> int:
     """CLI entry: build (or reuse) the tiny model directory and print its path as the last stdout line."""
     parser = argparse.ArgumentParser(

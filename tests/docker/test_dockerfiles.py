@@ -143,7 +143,7 @@ def test_build_options() -> None:
     assert words[-2:] == ["--pull", str(REPO_ROOT)]
     for bad in (["--hw", "a5"], [], ["--hw", "a2", "--verl-source", "zip"]):
         proc = subprocess.run(["bash", str(DOCKER / "build.sh"), *bad, "--dry-run"], capture_output=True, text=True)
-        assert proc.returncode == 2 and "ERROR" in proc.stderr, bad
+        assert proc.returncode == 2 and "build.sh: error:" in proc.stderr, bad
 
 
 def _requirement_lines(path: Path) -> list[str]:

@@ -120,7 +120,7 @@ def test_step_lines_are_read_with_ray_prefixes() -> None:
 def test_run_cli_checks_max_restarts_and_shows_it_in_the_dry_run() -> None:
     base = [sys.executable, "-m", "recipes.launch", "run", "qwen3_4b_dapo", "--hw", "a3", "--no-path-check"]
     bad = subprocess.run([*base, "--max-restarts", "-1"], env=kit_env(), cwd=REPO_ROOT, capture_output=True, text=True)
-    assert bad.returncode == 2 and "--max-restarts: must be 0 or more, got -1" in bad.stderr
+    assert bad.returncode == 2 and "--max-restarts: -1 is out of range (0 or more)" in bad.stderr
     dry = subprocess.run(
         [*base, "--dry-run", "--max-restarts", "2"], env=kit_env(), cwd=REPO_ROOT, capture_output=True, text=True
     )

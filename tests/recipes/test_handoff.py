@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT
 
+from npu_kernels.cli_errors import EXIT_FAILED
 from recipes.launch import handoff
 
 
@@ -79,7 +80,7 @@ def test_dry_run_refuses_a_target_the_merge_would_refuse(launch_env: dict[str, s
     (target / "notes.txt").write_text("the user's")
     args = ["--recipe", "qwen3_4b", "--hw", "a2", "--target", str(target), "--dry-run"]
     proc = run_script(args, launch_env, timeout=60)
-    assert proc.returncode == handoff.EXIT_FAILED, proc.stdout + proc.stderr
+    assert proc.returncode == EXIT_FAILED, proc.stdout + proc.stderr
     assert f"{target} already holds something else; pass --force" in proc.stderr, proc.stderr
     assert run_script([*args, "--force"], launch_env, timeout=60).returncode == 0
     assert (target / "notes.txt").read_text() == "the user's"  # a dry run, even forced, touches nothing
@@ -105,7 +106,7 @@ def test_incomplete_checkpoints_are_refused(
         else:
             shutil.rmtree(step_dir / "huggingface")
     rc = handoff.main(["--recipe", "qwen2.5_32b_sft", "--hw", "a3", "--ckpt-dir", str(ckpt), "--dry-run"])
-    assert rc == handoff.EXIT_FAILED
+    assert rc == EXIT_FAILED
     assert message in capsys.readouterr().err
 
 

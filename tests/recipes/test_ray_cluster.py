@@ -126,7 +126,7 @@ def test_worker_dry_run_and_missing_address(launch_env: dict[str, str]) -> None:
         f"ray start --address=127.0.0.1:6379 --node-ip-address=127.0.0.1 --num-cpus={CPU_RAY_NUM_CPUS}"
     )
     proc = run(["worker", "--hw", "cpu"], launch_env)
-    assert proc.returncode == 1 and "worker needs the head's address" in proc.stderr
+    assert proc.returncode == 2 and "worker needs the head's address" in proc.stderr
 
 
 def test_with_sandbox_dry_run_and_stop(launch_env: dict[str, str], tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def test_busy_port_is_one_line_and_exit_1() -> None:
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert proc.returncode == 1
     assert lines == [
-        f"retool-sandbox: cannot listen on 127.0.0.1:{port}: the port is in use (another sandbox? stop it "
+        f"retool-sandbox: error: cannot listen on 127.0.0.1:{port}: the port is in use (another sandbox? stop it "
         "or pick --port)"
     ], lines
 

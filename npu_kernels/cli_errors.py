@@ -1,0 +1,157 @@
+"""The kit's one error boundary: how every console script and ``python -m`` entry point ends on bad input.
+
+Why one module: each command used to decide on its own which exceptions became a message and which exit code meant
+what (issue 21: about twenty bad inputs ended in a traceback, six commands defined their own ``EXIT_*``). Here:
+
+- an *expected* failure is a :class:`KitError` (what went wrong + how to fix it) and ends as one line
+  ``<command>: error: <what> (<fix>)`` on stderr, exit :data:`EXIT_USAGE` when the input is wrong (an option's
+  value, as argparse's own exit 2, or a file or folder it names: missing, wrong kind, damaged) or :data:`EXIT_FAILED`
+  when the input was fine and what the command checks or needs failed (a doctor check, a dry run's plan, a service
+  that does not answer, a full disk); an ``OSError`` that names its path is expected too;
+- anything else is a bug and keeps its traceback: :func:`entry_point` does not catch it.
+
+Option values are checked where argparse reads them (the ``*_arg`` types below), so a bad number never reaches the
+arithmetic or the socket call that would raise. The sandbox (``sandbox/cli_errors.py``) stands alone and keeps the
+same contract in its own copy; ``tests/test_cli_errors.py`` holds the two to the same codes and line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import functools
+import sys
+from collections.abc import Callable
+from typing import TypeVar
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the input was fine; what the command checks or needs failed (a check, a service, a full disk)
+EXIT_USAGE = 2  # the input is wrong: an option's value (argparse exits 2 too), or a file or folder it names
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports it
+
+Main = TypeVar("Main", bound=Callable[..., int])
+
+
+class KitError(Exception):
+    """An expected failure of what the command checks or needs: ``what`` happened, ``fix`` is what the user can do."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, what: str, fix: str = "") -> None:
+        super().__init__(what)
+        self.what = what
+        self.fix = fix
+
+    def line(self, prog: str) -> str:
+        return error_line(prog, self.what, self.fix)
+
+
+class UsageError(KitError):
+    """The input is wrong: a value out of range, options that exclude each other, a missing or damaged file."""
+
+    exit_code = EXIT_USAGE
+
+
+class MissingPathError(UsageError, FileNotFoundError):
+    """A file or folder the user named does not exist; still a ``FileNotFoundError`` for code that catches that."""
+
+
+def error_line(prog: str, what: str, fix: str = "") -> str:
+    return f"{prog}: error: {what}" + (f" ({fix})" if fix else "")
+
+
+def fail(prog: str, what: str, fix: str = "", code: int = EXIT_FAILED) -> int:
+    """Print the one error line and hand back the exit code, for commands that return their code."""
+    print(error_line(prog, what, fix), file=sys.stderr, flush=True)
+    return code
+
+
+def _os_error_line(prog: str, exc: OSError) -> str:
+    where = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+    return error_line(prog, f"{where}: {exc.strerror or exc}")
+
+
+def _os_error_code(exc: OSError) -> int:
+    """A full disk is not the user's input; a missing, unreadable or wrong-kind path they named is."""
+    return EXIT_FAILED if exc.errno in (errno.ENOSPC, errno.EDQUOT) else EXIT_USAGE
+
+
+def entry_point(prog: str) -> Callable[[Main], Main]:
+    """Wrap a ``main(argv) -> int``: expected failures become one line and their exit code; bugs keep a traceback."""
+
+    def wrap(main: Main) -> Main:
+        @functools.wraps(main)
+        def guarded(*args: object, **kwargs: object) -> int:
+            try:
+                return main(*args, **kwargs)
+            except KitError as exc:
+                print(exc.line(prog), file=sys.stderr, flush=True)
+                return exc.exit_code
+            except OSError as exc:
+                if exc.filename is None:  # a socket or a syscall without a path: not a user's file, a bug
+                    raise
+                print(_os_error_line(prog, exc), file=sys.stderr, flush=True)
+                return _os_error_code(exc)
+            except KeyboardInterrupt:
+                print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+                return EXIT_INTERRUPTED
+
+        return guarded  # type: ignore[return-value]
+
+    return wrap
+
+
+# --- option types: argparse turns their ArgumentTypeError into "<prog>: error: argument --x: ..." and exit 2 ---
+
+
+def whole_number_arg(minimum: int, maximum: int | None = None, meaning: str = "") -> Callable[[str], int]:
+    """An ``int`` option type bounded below (and above); ``meaning`` explains the bound, e.g. ``0 (all rows)``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            bound = f"{minimum}-{maximum}" if maximum is not None else f"{meaning or minimum} or more"
+            raise argparse.ArgumentTypeError(f"{text} is out of range ({bound})")
+        return value
+
+    return parse
+
+
+def number_arg(minimum: float) -> Callable[[str], float]:
+    """A ``float`` option type bounded below (sizes in GB, seconds)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value >= minimum:  # also refuses nan
+            raise argparse.ArgumentTypeError(f"{text} must be {minimum:g} or more")
+        return value
+
+    return parse
+
+
+def port_arg(text: str) -> int:
+    """A TCP port another machine can reach (1-65535): checked here, not an OverflowError in bind() later."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port (1-65535)")
+    return value
+
+
+def counts_arg(text: str) -> list[int]:
+    """Comma-separated whole numbers of at least 1 (``1,8,32``): client counts, k values."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of whole numbers") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more numbers of at least 1")
+    return counts
