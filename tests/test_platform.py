@@ -386,6 +386,19 @@ def test_known_bad_combinations() -> None:
     graph = {**good, "TASK_QUEUE_ENABLE": "2", "VLLM_ENABLE_GRAPH_MODE": "1"}
     assert any("graph mode" in p for p in known_bad_combinations(graph, "rl", "a2"))
     assert known_bad_combinations({**good, "TASK_QUEUE_ENABLE": "1", "VLLM_ENABLE_GRAPH_MODE": "1"}, "rl", "a2") == []
+    # verl's A2 ReTool doc's environment (ascend_retool_best_pratice.rst:122-129) is a valid pair, not a fault; the
+    # kit declines its graph mode, MLP optimize and jemalloc (npu_kernels/platform/npu.py) and says why.
+    doc_a2 = {"TASK_QUEUE_ENABLE": "1", "VLLM_ENABLE_GRAPH_MODE": "1", "HCCL_OP_EXPANSION_MODE": "AIV"}
+    doc_a2 |= {"VLLM_ASCEND_ENABLE_MLP_OPTIMIZE": "1", "LD_PRELOAD": "/usr/local/lib/libjemalloc.so.2"}
+    assert known_bad_combinations({**good, **doc_a2}, "rl", "a2") == []
+    kit = {e.name: e for e in preset("rl", "a2")}
+    aiv, mlp = kit["HCCL_OP_EXPANSION_MODE"], kit["VLLM_ASCEND_ENABLE_MLP_OPTIMIZE"]
+    assert aiv.value == "AIV" and "ascend_retool_best_pratice" in aiv.reason
+    assert mlp.value is None and "linear_op.py" in mlp.reason
+    assert kit["TASK_QUEUE_ENABLE"].value == "2" and "enforce_eager=False" in kit["TASK_QUEUE_ENABLE"].reason
+    from npu_kernels.platform import npu
+
+    assert "LD_PRELOAD" not in kit and "jemalloc" in (npu.__doc__ or "")
     assert known_bad_combinations({"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, "sft", "a2")
     assert known_bad_combinations({"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, "sft", "cpu") == []
     assert known_bad_combinations({"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, "rl", "cuda")

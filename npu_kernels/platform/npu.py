@@ -8,6 +8,10 @@ a per-job decision (and Ray rewrites it per actor); exporting it here would sile
 on purpose. ``RAY_DEDUP_LOGS=1`` (the sample's) is Ray's default (ray/_private/ray_constants.py:281, Ray 2.48).
 Also absent: ``TOKENIZERS_PARALLELISM``; verl's SFT trainer sets it to true when imported
 (verl/trainer/fsdp_sft_trainer.py:24) and its PPO runtime env does too (verl/trainer/constants_ppo.py:22).
+And ``LD_PRELOAD`` of jemalloc, which verl's A2 ReTool doc sets (``DOC_A2`` below, :129): the vllm-ascend v0.11.0
+images install no jemalloc (no Dockerfile of that tag mentions it), the doc's /usr/local/lib path is a hand install,
+and vllm-ascend's own guide preloads the distro's /usr/lib/<arch>-linux-gnu copy (``VA_TUNING``:102-113); a preload of
+a missing file only prints an ld.so error in every process. Install it and preload it yourself if wanted.
 """
 
 from __future__ import annotations
@@ -100,6 +104,10 @@ MSRL_ENV = "Ascend/MindSpeed-RL@5261416 configs/envs/runtime_env.yaml"
 MSRL_RETOOL = "Ascend/MindSpeed-RL@679b564 tests/verl_examples/retool/run_qwen2_7b_dapo_npu.sh"
 #: vllm-ascend v0.11.0's tuning guide.
 VA_TUNING = "vllm-ascend v0.11.0 docs/source/developer_guide/performance/optimization_and_tuning.md"
+#: verl's "Ascend Retool Best Practice": Qwen2.5-7B on one Atlas 900 A2 with verl 0.6.1 and vllm-ascend v0.11.0-dev,
+#: the only published A2 ReTool configuration (configs, no results); its environment is lines 122-129. The same
+#: environment block as MSRL_RETOOL:3-10.
+DOC_A2 = "verl-project/verl@205b1f39 docs/ascend_tutorial/examples/ascend_retool_best_pratice.rst"
 
 #: The process environment per phase (npu_kernels.platform.env), in the order it is rendered.
 ENV_TABLE: EnvTable = (
@@ -178,7 +186,8 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "HCCL_OP_EXPANSION_MODE",
             "AIV",
-            f"collectives scheduled by the vector cores, not the AI CPU: {SAMPLE_RL}:33; {VA_TUNING}:171-175",
+            f"collectives scheduled by the vector cores, not the AI CPU: {SAMPLE_RL}:33; {DOC_A2}:127 (A2); "
+            f"{VA_TUNING}:171-175",
         ),
     ),
     (
@@ -196,7 +205,10 @@ ENV_TABLE: EnvTable = (
             "2",
             f"kit: level-2 op-dispatch queue ({VA_TUNING}:158-159, {MSRL_ENV}:37); needs eager vLLM ({MSRL_ENV}:36), "
             "hence rollout.enforce_eager=true; the reference left it unset and ran verl's default graph mode "
-            "(verl 0.6.1 verl/trainer/config/rollout/rollout.yaml:38)",
+            f"(verl 0.6.1 verl/trainer/config/rollout/rollout.yaml:38); the A2 doc pairs graphs (enforce_eager=False, "
+            f"{DOC_A2}:245) with level 1 ({DOC_A2}:125). Not taken: neither pair has a published timing or result on "
+            "this stack, so the kit keeps the one NPU environment all its recipes plan with; the doctor does not "
+            "flag the doc's pair",
         ),
     ),
     (
@@ -205,7 +217,20 @@ ENV_TABLE: EnvTable = (
             "VLLM_ENABLE_GRAPH_MODE",
             None,
             "read by no vllm-ascend release (v0.7.1rc1..v0.25.1rc1) but set by MindSpeed-RL scripts "
-            f"({MSRL_RETOOL}:7): unset, so a copied 1 cannot contradict eager mode",
+            f"({MSRL_RETOOL}:7) and the A2 doc ({DOC_A2}:126): unset, so a copied 1 cannot contradict eager mode; "
+            "graph mode is rollout.enforce_eager=False",
+        ),
+    ),
+    (
+        RL,
+        EnvVar(
+            "VLLM_ASCEND_ENABLE_MLP_OPTIMIZE",
+            None,
+            f"the A2 doc sets 1 ({DOC_A2}:128). Not taken: in vllm-ascend v0.11.0 it splits the dense MLP's "
+            "gate_up/down projections over an 'mlp_tp' group as large as vLLM's data-parallel size instead of the "
+            "TP group (vllm_ascend/ops/linear_op.py:74-79, 472-473, 491-492; distributed/parallel_state.py:112-128), "
+            "and verl 0.6.1's rollout servers run data-parallel 1 (rollout.yaml:53): every TP rank then holds the "
+            "whole MLP, less room for KV cache, for a gain nobody has measured (the doc publishes no timing); unset",
         ),
     ),
     (
@@ -351,6 +376,9 @@ class NpuPlatform(Platform):
                     "PYTORCH_NPU_ALLOC_CONF enables expandable_segments, which breaks vLLM sleep mode in RL: unset it"
                 )
         if env.get("TASK_QUEUE_ENABLE") == "2" and env.get("VLLM_ENABLE_GRAPH_MODE") == "1":
+            # The variable itself is read by no vllm-ascend, but whoever sets it means graphs (enforce_eager=False),
+            # and level 2 needs eager (MindSpeed-RL configs/envs/runtime_env.yaml:36). The A2 doc's pair, level 1 with
+            # graphs, passes.
             problems.append("TASK_QUEUE_ENABLE=2 is incompatible with ACL graph mode (VLLM_ENABLE_GRAPH_MODE=1): use 1")
         if env.get("TORCH_DEVICE_BACKEND_AUTOLOAD") == "0":
             problems.append(

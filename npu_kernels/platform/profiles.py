@@ -111,7 +111,7 @@ PROFILES: dict[str, HardwareProfile] = {
         NPU,
         8,
         64,
-        "Atlas A2 (910B): 8 NPUs per node; an extrapolation, the reference runs are on A3",
+        "Atlas A2 (910B): 8 NPUs per node; configs published (verl's Qwen2.5-7B ReTool pair), no results",
         _NPU_IMAGE_A2,
     ),
     "a3": HardwareProfile("a3", NPU, 16, 64, "Atlas A3: 8 chips x 2 dies = 16 logical NPUs per node", _NPU_IMAGE_A3),

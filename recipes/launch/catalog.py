@@ -85,7 +85,12 @@ class Recipe:
 # Shapes from the checkpoints' config.json (Qwen3-4B: hidden 2560, 36 layers, intermediate 9728, head_dim 128,
 # vocab 151936, tied embeddings; Qwen2.5-32B: hidden 5120, 64 layers, intermediate 27648, 128-wide heads, vocab
 # 152064, untied, QKV bias): 4.02B and 32.76B parameters (tests/recipes/test_budget.py).
+# Qwen2.5-7B-Instruct: hidden 3584, 28 layers, intermediate 18944, 28 query / 4 KV heads of 128, vocab 152064,
+# untied, QKV bias (its config.json; the same shape transformers prints for Qwen2-7B-Instruct in
+# Retruth/deontic nlp_models/qwen2/README.md: q_proj 3584->3584 and k/v_proj 3584->512 with bias): 7.62B parameters
+# (tests/recipes/test_configs.py).
 QWEN3_4B = ModelFacts("Qwen/Qwen3-4B-Instruct-2507", 32, 8, "qwen3", 2560, 36, 9728, 128, 151936, True, False)
+QWEN25_7B = ModelFacts("Qwen/Qwen2.5-7B-Instruct", 28, 4, "qwen2", 3584, 28, 18944, 128, 152064, False, True)
 QWEN25_32B = ModelFacts("Qwen/Qwen2.5-32B-Instruct", 40, 8, "qwen2", 5120, 64, 27648, 128, 152064, False, True)
 
 #: Published results: the Ascend sample (hicann/cann-recipes-train agent_rl/qwen3_tool_agent/README.md, "训练结果":
@@ -116,6 +121,26 @@ RECIPES: dict[str, Recipe] = {
             sft_recipe="qwen3_4b_sft",
             reference="cann-recipes-train qwen3_tool_agent run_qwen3_4b_dapo_npu.sh (1 x A3)",
             reference_result=QWEN3_4B_RESULT,
+        ),
+        Recipe(
+            "qwen2.5_7b_sft",
+            "retool_qwen2.5_7b_sft",
+            "sft",
+            QWEN25_7B,
+            "retool_sft.parquet",
+            "retool_sft.parquet",
+            reference="verl 0.6.1 recipe/retool/run_qwen2_7b_sft_npu.sh (1 x 8 NPUs)",
+        ),
+        Recipe(
+            "qwen2.5_7b_dapo",
+            "retool_qwen2.5_7b_dapo",
+            "rl",
+            QWEN25_7B,
+            "dapo_math_17k.parquet",
+            "aime_2025.parquet",
+            sft_recipe="qwen2.5_7b_sft",
+            # No result is published for it (the doc gives the script only), hence no reference_result.
+            reference="verl docs ascend_retool_best_pratice.rst run_qwen2.5_7b_dapo_npu.sh (1 x Atlas 900 A2)",
         ),
         Recipe(
             "qwen2.5_32b_sft",

@@ -34,6 +34,18 @@ GROUPS_ON_NPU = {
     "disk",
 }
 NODE_IP, NODE_NIC = "10.20.0.7", "enp189s0f0"  # conftest's fake interfaces
+#: The environment block of verl's A2 ReTool doc (verl-project/verl@205b1f39
+#: docs/ascend_tutorial/examples/ascend_retool_best_pratice.rst:122-129).
+DOC_A2_ENV = {
+    "VLLM_USE_V1": "1",
+    "TORCHDYNAMO_DISABLE": "1",
+    "VLLM_ASCEND_ENABLE_NZ": "0",
+    "TASK_QUEUE_ENABLE": "1",
+    "VLLM_ENABLE_GRAPH_MODE": "1",
+    "HCCL_OP_EXPANSION_MODE": "AIV",
+    "VLLM_ASCEND_ENABLE_MLP_OPTIMIZE": "1",
+    "LD_PRELOAD": "/usr/local/lib/libjemalloc.so.2",
+}
 #: How the doctor tells the user to restart Ray with the node's 16 NPUs: the platform's own start arguments.
 RAY_START_16 = shlex.join(["ray", "start", "--head", *NPU.ray_start_args(16)])
 
@@ -257,6 +269,14 @@ def test_planted_fault_fails_with_its_fix(fake_a3: FakeA3, name: str) -> None:
             "restart Ray with the real count: ray stop; source {cann}/ascend-toolkit/set_env.sh; ",
         ),
         (
+            # issue 23: verl's A2 ReTool doc's environment (ascend_retool_best_pratice.rst:122-129, DOC_A2_ENV) is
+            # a choice the kit does not make (npu_kernels/platform/npu.py), not a fault: WARN, never FAIL.
+            "the A2 doc's environment: graphs with TASK_QUEUE_ENABLE=1, MLP optimize, jemalloc",
+            _with_env(**DOC_A2_ENV),
+            "env.preset",
+            "npu_kernels.platform env --phase rl --hw a3",
+        ),
+        (
             "HCCL_SOCKET_IFNAME names the docker bridge",
             _with_env(HCCL_SOCKET_IFNAME="docker0"),
             "network.ifname.HCCL_SOCKET_IFNAME",
@@ -283,6 +303,15 @@ def test_warnings_are_named_but_do_not_fail(fake_a3: FakeA3, name: str, plant, w
     assert set(run.by_status("WARN")) == {warned} | ({"npu-smi"} if warned.startswith("npu-smi.health") else set())
     assert fix.format(cann=fake_a3.cann) in run.by_status("WARN")[warned]["fix"]
     assert not run.by_status("FAIL")
+
+
+def test_a2_doc_environment_differs_from_the_preset_in_the_three_settings_the_kit_declines(fake_a3: FakeA3) -> None:
+    diffs = fake_a3.run(env={**fake_a3.env, **DOC_A2_ENV}).check("env.preset")["details"]["differences"]
+    assert diffs == [
+        "TASK_QUEUE_ENABLE '1' (kit: 2)",
+        "VLLM_ENABLE_GRAPH_MODE='1' (kit: unset)",
+        "VLLM_ASCEND_ENABLE_MLP_OPTIMIZE='1' (kit: unset)",
+    ]
 
 
 def test_ray_overcount_names_both_counts(fake_a3: FakeA3) -> None:

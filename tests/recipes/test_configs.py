@@ -1,6 +1,6 @@
 """Every recipe x hardware profile composes against the installed (patched) verl and passes verl's own validation.
 
-In-process and shared: one import of verl and Hydra for all 16 compositions. Also the kit checks that must reject a
+In-process and shared: one import of verl and Hydra for all 30 compositions. Also the kit checks that must reject a
 plan (a typo, broken batch arithmetic, parallelism that does not divide the heads, fused log-probs with Ulysses SP,
 a misspelt reward knob), the precedence of user overrides over the launcher's values, and what the references fix.
 """
@@ -159,6 +159,53 @@ def test_qwen25_32b_layouts(plans: dict[tuple[str, str], plan.Plan]) -> None:
     assert rl.custom_reward_function.reward_kwargs.shaping == "verl"
     cuda = plans[("qwen2.5_32b_sft", "cuda")].cfg
     assert cuda is not None and (cuda.trainer.nnodes, cuda.ulysses_sequence_parallel_size) == (2, 4)
+
+
+def test_qwen25_7b_a2_is_the_published_a2_pair(plans: dict[tuple[str, str], plan.Plan]) -> None:
+    """issue 23: the a2 plans keep the settings of verl's A2 references (run_qwen2_7b_sft_npu.sh; the RL script of
+    ascend_retool_best_pratice.rst), and the model table gives Qwen2.5-7B's ~7.6B parameters."""
+    facts = catalog.QWEN25_7B
+    assert 7.55e9 < facts.parameters < 7.7e9  # 7,615,616,512 from the config.json shape
+    assert (facts.num_attention_heads, facts.num_key_value_heads) == (28, 4)
+    sft = plans[("qwen2.5_7b_sft", "a2")].cfg
+    assert sft is not None and (sft.trainer.nnodes, sft.trainer.n_gpus_per_node, sft.trainer.device) == (1, 8, "npu")
+    assert (sft.ulysses_sequence_parallel_size, sft.data.max_length, sft.data.train_batch_size) == (4, 16384, 64)
+    assert (sft.trainer.total_epochs, sft.use_remove_padding, sft.model.strategy) == (6, True, "fsdp")
+    # the one kit deviation on a2: micro-batch 4 instead of 8 (the worst-case memory estimate; scaling/.../a2.yaml)
+    assert sft.data.micro_batch_size_per_gpu == 4
+    assert plans[("qwen2.5_7b_sft", "a3")].cfg.data.micro_batch_size_per_gpu == 8  # type: ignore[union-attr]
+    rl = plans[("qwen2.5_7b_dapo", "a2")].cfg
+    assert rl is not None and (rl.trainer.nnodes, rl.trainer.n_gpus_per_node, rl.trainer.device) == (1, 8, "npu")
+    arr = rl.actor_rollout_ref
+    assert (arr.rollout.tensor_model_parallel_size, arr.actor.ulysses_sequence_parallel_size) == (2, 4)
+    assert (rl.data.train_batch_size, arr.actor.ppo_mini_batch_size, arr.rollout.n, arr.rollout.val_kwargs.n) == (
+        32,
+        16,
+        16,
+        30,
+    )
+    assert (rl.data.max_prompt_length, rl.data.max_response_length, arr.actor.ppo_max_token_len_per_gpu) == (
+        2048,
+        20480,
+        22528,
+    )
+    assert arr.actor.fsdp_config.param_offload and arr.actor.fsdp_config.optimizer_offload and arr.actor.use_dynamic_bsz
+    assert (arr.actor.clip_ratio_low, arr.actor.clip_ratio_high, arr.actor.optim.lr) == (0.2, 0.28, 1e-6)
+    assert (arr.rollout.gpu_memory_utilization, arr.rollout.max_num_seqs, arr.rollout.enable_chunked_prefill) == (
+        0.9,
+        1024,
+        True,
+    )
+    assert arr.rollout.max_num_batched_tokens == 22528
+    for role in (arr.actor, arr.ref):
+        assert role.entropy_checkpointing and role.entropy_from_logits_with_chunking
+    assert arr.rollout.enforce_eager  # kit: eager with TASK_QUEUE_ENABLE=2 (npu_kernels/platform/npu.py)
+    assert rl.custom_reward_function.reward_kwargs.shaping == "verl"
+    assert RECIPES["qwen2.5_7b_dapo"].reference_result is None  # none is published
+    assert "ascend_retool_best_pratice" in RECIPES["qwen2.5_7b_dapo"].reference
+    assert "run_qwen2_7b_sft_npu.sh" in RECIPES["qwen2.5_7b_sft"].reference
+    for name in ("qwen2.5_7b_sft", "qwen2.5_7b_dapo"):
+        assert ("reference", RECIPES[name].reference) in report.rows(plans[(name, "a2")])
 
 
 def test_cpu_profile_is_the_tiny_smoke(plans: dict[tuple[str, str], plan.Plan]) -> None:
