@@ -15,7 +15,7 @@ from pathlib import Path
 
 from npu_kernels import pins
 from npu_kernels import platform as device
-from npu_kernels.cli_errors import EXIT_USAGE, entry_point, error_line, number_arg
+from npu_kernels.cli_errors import UsageError, entry_point, number_arg
 from npu_kernels.doctor.host import check_cann, check_npu_smi, check_platform
 from npu_kernels.doctor.network import check_network
 from npu_kernels.doctor.probes import (
@@ -243,8 +243,7 @@ def main(argv: Sequence[str] | None = None, probes: Probes | None = None) -> int
     try:
         report = run_checks(opts, probes)
     except ValueError as exc:  # e.g. KIT_DEVICE=tpu or KIT_HW=a9: one clear line, not a traceback
-        print(error_line("retool-doctor", str(exc)), file=sys.stderr)
-        return EXIT_USAGE
+        raise UsageError(str(exc)) from None
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from npu_kernels import pins
-from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, entry_point, fail
+from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, entry_point, fail
 from npu_kernels.platform.env import PHASES, render_shell
 from npu_kernels.platform.npu import import_torch_npu
 from npu_kernels.platform.profiles import (
@@ -238,4 +238,4 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return HANDLERS[args.command](args)
     except ValueError as exc:  # e.g. a bad KIT_DEVICE or KIT_HW: one clear line, not a traceback
-        return fail(PROG, str(exc), code=EXIT_USAGE)
+        raise UsageError(str(exc)) from None

@@ -23,11 +23,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, entry_point, fail, whole_number_arg
+from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point, whole_number_arg
 from npu_kernels.platform import PROFILE_NAMES, PROFILES, applied, default_hardware
 from npu_kernels.platform.cli import add_profile_option
 from recipes.launch import catalog, inputs, restart
-from recipes.launch.plan import UsageError, build
+from recipes.launch.plan import build
 from recipes.launch.report import render
 
 SCALES = ("full", "smoke")
@@ -134,32 +134,30 @@ def _list() -> int:
     return EXIT_OK
 
 
+@entry_point(RUN_PROG)  # inside retool-launch's boundary: a run script's errors carry the run script's name
 def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """Environment, plan, then exec: the whole launch the run scripts used to do in bash."""
     try:
         recipe = catalog.get(args.recipe)
     except KeyError as exc:
-        return fail(RUN_PROG, exc.args[0], code=EXIT_USAGE)
+        raise UsageError(exc.args[0]) from None
     try:
         hw = args.profile or default_hardware(environ, planning=args.dry_run)
     except ValueError as exc:  # KIT_HW names no profile (the doctor reports the same value as a failed check)
-        return fail(RUN_PROG, f"KIT_HW: {exc}", code=EXIT_USAGE)
+        raise UsageError(f"KIT_HW: {exc}") from None
     env = applied(PROFILES[hw].env(recipe.phase, environ), environ)
     log = sys.stdout if args.dry_run else sys.stderr
-    try:
-        with contextlib.redirect_stdout(log):
-            plan = build(
-                recipe,
-                hw,
-                args.overrides,
-                scale=args.scale,
-                parity=args.parity,
-                path_check=not args.no_path_check,
-                for_launch=not args.dry_run,
-                environ=env,
-            )
-    except UsageError as exc:
-        return fail(RUN_PROG, exc.what, exc.fix, exc.exit_code)
+    with contextlib.redirect_stdout(log):
+        plan = build(
+            recipe,
+            hw,
+            args.overrides,
+            scale=args.scale,
+            parity=args.parity,
+            path_check=not args.no_path_check,
+            for_launch=not args.dry_run,
+            environ=env,
+        )
     print(render(plan, dry_run=args.dry_run), file=log, flush=True)
     if plan.errors:
         return EXIT_FAILED
@@ -187,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         recipe = catalog.get(args.recipe)
     except KeyError as exc:
-        return fail(PROG, exc.args[0], code=EXIT_USAGE)
+        raise UsageError(exc.args[0]) from None
     # verl and Hydra print while loading; in --argv mode stdout carries the command only.
     log = sys.stdout if args.dry_run else sys.stderr
     with contextlib.redirect_stdout(log):

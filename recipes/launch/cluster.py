@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, entry_point, fail, port_arg
+from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point, fail, port_arg
 from npu_kernels.platform import PROFILES, default_hardware
 
 PROG = "ray_cluster"
@@ -322,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         hw = args.profile or default_hardware()
     except ValueError as exc:  # a bad KIT_HW
-        return fail(PROG, f"KIT_HW: {exc}", code=EXIT_USAGE)
+        raise UsageError(f"KIT_HW: {exc}") from None
     if args.dashboard_public and args.command != "head":
         parser.error("--dashboard-public is for head only")
     if args.with_sandbox and args.command not in ("head", "worker"):
@@ -332,26 +332,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "status":
         return status(hw, args.nodes, args.address)
     run_dir = args.run_dir or node_sandbox.default_run_dir()
-    try:
-        if args.command == "stop":
-            return ray_node.stop_node(run_dir, args.dry_run)
-        box = (
-            node_sandbox.NodeSandbox(args.sandbox_port, run_dir, tuple(args.sandbox_arg)) if args.with_sandbox else None
-        )
-        request = ray_node.NodeRequest(
-            role=args.command,
-            hw=hw,
-            port=args.port,
-            address=args.address,
-            node_ip=args.node_ip,
-            ifname=args.ifname,
-            dry_run=args.dry_run,
-            dashboard_public=args.dashboard_public,
-            sandbox=box,
-        )
-        return ray_node.start_node(request)
-    except ray_node.NodeError as exc:
-        return fail(PROG, str(exc))
+    if args.command == "stop":
+        return ray_node.stop_node(run_dir, args.dry_run)
+    box = node_sandbox.NodeSandbox(args.sandbox_port, run_dir, tuple(args.sandbox_arg)) if args.with_sandbox else None
+    request = ray_node.NodeRequest(
+        role=args.command,
+        hw=hw,
+        port=args.port,
+        address=args.address,
+        node_ip=args.node_ip,
+        ifname=args.ifname,
+        dry_run=args.dry_run,
+        dashboard_public=args.dashboard_public,
+        sandbox=box,
+    )
+    return ray_node.start_node(request)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_OK, EXIT_USAGE, KitError, entry_point, fail
+from npu_kernels.cli_errors import EXIT_OK, KitError, UsageError, entry_point
 from npu_kernels.platform import default_hardware
 from npu_kernels.platform.cli import add_profile_option
 from recipes.launch import catalog, inputs
@@ -196,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args.hw = args.profile or default_hardware()
     except ValueError as exc:  # KIT_HW names no profile
-        return fail(PROG, f"KIT_HW: {exc}", code=EXIT_USAGE)
+        raise UsageError(f"KIT_HW: {exc}") from None
     handoff = plan(args)
     print(f"SFT checkpoint: {handoff.step_dir} (step {handoff.step})")
     if args.dry_run:
