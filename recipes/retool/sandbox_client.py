@@ -9,7 +9,7 @@ internal service.
 
 A connection the server drops after it got the request (the server was killed mid-run; ``serve --keep-alive``
 restarts it) is a ``sandbox_error`` at once, not a retry: the code may have run, and it may be what killed the
-server, so running it again could crash the restarted one too (``tests/retool/test_sandbox_restart.py``).
+server, so running it again could crash the restarted one too (``tests/faults/test_sandbox_killed_mid_step.py``).
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -282,9 +283,17 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
+def _step_logged(log: Path, step: int) -> bool:
+    """Whether the trainer has printed step ``step``'s metrics. verl saves a step's checkpoint before it logs the
+    step (build/verl/verl/trainer/ppo/ray_trainer.py:1452 save, :1491 logger.log), so a kill as soon as the tracker
+    names the step may or may not fall before that line: waiting for both makes the logged steps deterministic."""
+    return re.search(rf"\bstep:{step} - ", log.read_text(errors="replace")) is not None
+
+
 def _supervise_ppo(overrides: list[str], log: Path, pythonpath: Path, ckpt: Path, timeout: float = 600) -> list[Fault]:
     """The trainer under the launcher's supervisor (``--max-restarts 2``); an FSDP worker is SIGKILLed once the
-    tracker names step 1, the driver once it names step 2. Returns the two faults as they happened."""
+    tracker names step 1 and step 1 is logged, the driver once the same holds for step 2. Returns the two faults
+    as they happened."""
     env = _ppo_env(pythonpath, KIT_FAULT_RUN=str(ckpt))
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     script = (
@@ -303,7 +312,7 @@ def _supervise_ppo(overrides: list[str], log: Path, pythonpath: Path, ckpt: Path
                     fault.driver_exit_s = time.perf_counter() - fault.killed_at
                 if fault.recovered_s is None and named == str(fault.after_step + 1):
                     fault.recovered_s = time.perf_counter() - fault.killed_at
-            if pending and named == str(pending[0].after_step):
+            if pending and named == str(pending[0].after_step) and _step_logged(log, pending[0].after_step):
                 fault = pending.pop(0)
                 victim, fault.driver = _victim(str(ckpt), fault.target)
                 os.kill(victim, signal.SIGKILL)

@@ -1,5 +1,5 @@
 """``serve --keep-alive``'s supervisor (sandbox/keepalive.py) with stand-in children: restart, crash loop, a first
-start that never answers, exit 0. The real server under it: ``tests/retool/test_sandbox_restart.py``."""
+start that never answers, exit 0. The real server under it: ``tests/faults/test_sandbox_killed_mid_step.py``."""
 
 from __future__ import annotations
 
