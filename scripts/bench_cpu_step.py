@@ -193,7 +193,7 @@ class Bench:
 
     def prepare(self) -> None:
         """The smoke's tiny model and data (the same builders and files as ``scripts/smoke.sh``)."""
-        from recipes.smoke.pipeline import DATA_DIR
+        from recipes.smoke.commands import DATA_DIR
         from recipes.smoke.tiny_model import build_tiny_qwen
 
         build_tiny_qwen(self.model)
@@ -214,7 +214,7 @@ class Bench:
 
     def _inputs(self, stage: str, tag: str) -> tuple[str, dict[str, str], list[str]]:
         """(recipe, input variables, overrides) of the smoke's SFT or RL stage, sized for timing."""
-        from recipes.smoke.pipeline import RL_OVERRIDES, SFT_OVERRIDES
+        from recipes.smoke.commands import RL_OVERRIDES, SFT_OVERRIDES
 
         ckpt = self.out / "ckpt" / f"{stage}-{tag}"
         shutil.rmtree(ckpt, ignore_errors=True)  # a checkpoint left by an earlier run would be resumed from
