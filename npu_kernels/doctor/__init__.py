@@ -1,4 +1,4 @@
-"""retool-doctor: check a machine before a ReTool run, and say how to fix what is wrong.
+"""The doctor (``retool-doctor``): checks a machine before a ReTool run, and says how to fix what is wrong.
 
 Why: on Ascend the expensive failures are silent or far from their cause (a CANN env not sourced before
 ``ray start`` makes Ray count 10 of 16 A3 dies; ``VLLM_ASCEND_ENABLE_NZ`` garbles rollouts after weight sync; a
@@ -35,50 +35,3 @@ CLI (``retool-doctor`` or ``python -m npu_kernels.doctor``)::
                   [--dev-root DIR] [--cann-root DIR] [--npu-smi PATH] [--patches-dir DIR]
                   [--ray-resources-json FILE] [--ray-address ADDR] [--ip-addr-file FILE]
 """
-
-from npu_kernels.doctor.cli import CHECKS, GROUPS, REGISTRY, Group, build_parser, main, render_table, run_checks
-from npu_kernels.doctor.probes import (
-    FAIL,
-    INFO,
-    OK,
-    SKIP,
-    STATUSES,
-    WARN,
-    Context,
-    Options,
-    Probes,
-    Report,
-    Result,
-    fail,
-    info,
-    ok,
-    skip,
-    warn,
-)
-
-__all__ = [
-    "CHECKS",
-    "FAIL",
-    "GROUPS",
-    "INFO",
-    "OK",
-    "REGISTRY",
-    "SKIP",
-    "STATUSES",
-    "WARN",
-    "Context",
-    "Group",
-    "Options",
-    "Probes",
-    "Report",
-    "Result",
-    "build_parser",
-    "fail",
-    "info",
-    "main",
-    "ok",
-    "render_table",
-    "run_checks",
-    "skip",
-    "warn",
-]

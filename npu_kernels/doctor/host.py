@@ -178,35 +178,32 @@ def _sourced_problem(env: Mapping[str, str], home_vars: Sequence[str], lib: str,
     return f"{', '.join(missing)} unset" if missing else ""
 
 
-def check_cann(ctx: Context) -> list[Result]:
-    env, root, want = ctx.probes.env, ctx.probes.cann_root, pins.get("CANN_VERSION")
-    image = image_phrase(ctx.profile)
-    results: list[Result] = []
-
+def _cann_version(ctx: Context, root: Path, image: str) -> Result:
+    """The CANN toolkit found (first of the toolkit homes) against the version pins.env pins."""
+    want = pins.get("CANN_VERSION")
     found = next(filter(None, (read_cann_version(home) for home in _toolkit_homes(ctx.probes))), None)
     if found is None:
-        results.append(
-            fail(
-                "cann.version",
-                f"no CANN toolkit ($ASCEND_TOOLKIT_HOME, $ASCEND_HOME_PATH, {root}/ascend-toolkit/latest, {root}/cann)",
-                f"use {image}, or pass --cann-root if CANN is installed elsewhere",
-            )
+        return fail(
+            "cann.version",
+            f"no CANN toolkit ($ASCEND_TOOLKIT_HOME, $ASCEND_HOME_PATH, {root}/ascend-toolkit/latest, {root}/cann)",
+            f"use {image}, or pass --cann-root if CANN is installed elsewhere",
         )
-    elif found.version.lower() != want.lower():
+    if found.version.lower() != want.lower():
         kind = " (a build number from version.info, not a release)" if found.kind == "build-number" else ""
-        results.append(
-            fail(
-                "cann.version",
-                f"CANN {found.version}{kind} at {found.source.parent}, the kit pins {want}",
-                f"use {image}, which carries CANN {want}; or install CANN {want} toolkit + kernels + NNAL",
-                version=found.version,
-                source=str(found.source),
-                pinned=want,
-            )
+        return fail(
+            "cann.version",
+            f"CANN {found.version}{kind} at {found.source.parent}, the kit pins {want}",
+            f"use {image}, which carries CANN {want}; or install CANN {want} toolkit + kernels + NNAL",
+            version=found.version,
+            source=str(found.source),
+            pinned=want,
         )
-    else:
-        results.append(ok("cann.version", f"CANN {found.version} ({found.source})", version=found.version))
+    return ok("cann.version", f"CANN {found.version} ({found.source})", version=found.version)
 
+
+def _cann_sourced(env: Mapping[str, str], root: Path) -> list[Result]:
+    """Whether the toolkit's and ATB's set_env.sh were sourced in the environment that launches jobs."""
+    results: list[Result] = []
     problem = _sourced_problem(env, ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH"), "lib64", ("ASCEND_OPP_PATH",))
     if problem:
         results.append(
@@ -231,19 +228,28 @@ def check_cann(ctx: Context) -> list[Result]:
         )
     else:
         results.append(ok("cann.atb", f"ATB set_env.sh sourced (ATB_HOME_PATH={env['ATB_HOME_PATH']})"))
+    return results
 
+
+def _cann_driver(ctx: Context, root: Path) -> Result:
     driver = read_driver_version(root)
     if driver:
-        results.append(info("cann.driver", f"driver {driver} ({root}/driver/version.info)"))
-    else:
-        results.append(
-            warn(
-                "cann.driver",
-                f"no {root}/driver/version.info: the host driver is not mounted (or not installed)",
-                f"start the container with {run_script(ctx.platform)}, which mounts /usr/local/Ascend/driver read-only",
-            )
-        )
-    return results
+        return info("cann.driver", f"driver {driver} ({root}/driver/version.info)")
+    return warn(
+        "cann.driver",
+        f"no {root}/driver/version.info: the host driver is not mounted (or not installed)",
+        f"start the container with {run_script(ctx.platform)}, which mounts /usr/local/Ascend/driver read-only",
+    )
+
+
+def check_cann(ctx: Context) -> list[Result]:
+    """The CANN toolkit's version, its environment (toolkit and ATB set_env.sh) and the host driver."""
+    root = ctx.probes.cann_root
+    return [
+        _cann_version(ctx, root, image_phrase(ctx.profile)),
+        *_cann_sourced(ctx.probes.env, root),
+        _cann_driver(ctx, root),
+    ]
 
 
 # ------------------------------------------------------------------------------------------------ npu-smi

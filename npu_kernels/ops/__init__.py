@@ -1,4 +1,4 @@
-"""Fused Qwen2/Qwen3 ops (RMSNorm, RoPE, SwiGLU) with one backend per device, in the platform's order of preference.
+"""Kernels: fused Qwen2/Qwen3 ops (RMSNorm, RoPE, SwiGLU), one backend per device, in the platform's preference order.
 
 * ``npu``: torch_npu's ``npu_rms_norm`` / ``npu_rotary_mul`` / ``npu_swiglu`` (:mod:`npu_kernels.ops.npu`);
 * ``liger``: liger-kernel's Triton ops on CUDA when liger is installed (:mod:`npu_kernels.ops.liger`);

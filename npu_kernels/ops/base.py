@@ -8,15 +8,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
-import torch
+from torch import Tensor
 
 #: Names of the fusable ops, in the order a decoder layer meets them; ``KIT_FUSED_OPS`` selects among these.
 OP_NAMES: tuple[str, ...] = ("rms_norm", "rope", "swiglu")
 
-RmsNormFn = Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor]
-SwigluFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-RopeFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+RmsNormFn = Callable[[Tensor, Tensor, float], Tensor]
+SwigluFn = Callable[[Tensor, Tensor], Tensor]
+#: What a rope returns: (q, k) rotated.
+TensorPair = tuple[Tensor, Tensor]
+
+
+class RopeFn(Protocol):
+    """The rope signature every backend implements, stated once: transformers' ``apply_rotary_pos_emb``.
+
+    ``unsqueeze_dim`` 1 means q/k are (B, N, S, D), 2 means (B, S, N, D); ``cos``/``sin`` are (B, S, D).
+    """
+
+    def __call__(self, q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1) -> TensorPair: ...
 
 
 @dataclass(frozen=True)
@@ -26,7 +37,7 @@ class KernelOps:
     * ``rms_norm(x, weight, eps)`` -> transformers' ``Qwen*RMSNorm.forward`` (statistics in fp32).
     * ``swiglu(gate, up)`` -> ``silu(gate) * up``, the activation part of ``Qwen*MLP.forward``.
     * ``rope(q, k, cos, sin, unsqueeze_dim=1)`` -> transformers' ``apply_rotary_pos_emb`` (rotate_half convention);
-      ``cos``/``sin`` are (batch, seq, head_dim) as the rotary embedding module returns them.
+      ``cos``/``sin`` are (batch, seq, head_dim) as the rotary embedding module returns them (:class:`RopeFn`).
     """
 
     name: str

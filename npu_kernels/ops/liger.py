@@ -12,9 +12,10 @@ import importlib
 from types import ModuleType
 
 import torch
+from torch import Tensor
 
 from npu_kernels.ops import reference
-from npu_kernels.ops.base import KernelOps
+from npu_kernels.ops.base import KernelOps, TensorPair
 
 FUNCTIONAL_MODULE = "liger_kernel.transformers.functional"
 
@@ -53,13 +54,7 @@ def make_ops(functional: ModuleType, detail: str = "") -> KernelOps:
     def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
         return functional.liger_swiglu(gate, up)
 
-    def rope(
-        q: torch.Tensor,
-        k: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        unsqueeze_dim: int = 1,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1) -> TensorPair:
         if unsqueeze_dim != 1 or q.dim() != 4 or cos.dim() != 3 or not (q.dtype == k.dtype == cos.dtype == sin.dtype):
             return reference.rope(q, k, cos, sin, unsqueeze_dim)
         return functional.liger_rope(q, k, cos, sin, None, 1)

@@ -18,9 +18,10 @@ from __future__ import annotations
 from types import ModuleType
 
 import torch
+from torch import Tensor
 
 from npu_kernels.ops import reference
-from npu_kernels.ops.base import KernelOps
+from npu_kernels.ops.base import KernelOps, TensorPair
 
 #: HF Llama/Qwen rotate the two halves of head_dim; 'interleave' (GPT-J pairs) would silently compute another RoPE.
 ROTARY_MODE = "half"
@@ -94,13 +95,7 @@ def make_ops(torch_npu: ModuleType) -> KernelOps:
         out = torch_npu.npu_rotary_mul(view, r1, r2, rotary_mode=ROTARY_MODE)
         return out if layout == logical else out.transpose(1, 2)
 
-    def rope(
-        q: torch.Tensor,
-        k: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        unsqueeze_dim: int = 1,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def rope(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor, unsqueeze_dim: int = 1) -> TensorPair:
         logical = _LOGICAL_LAYOUT.get(unsqueeze_dim)
         if logical is None or not (rotary_supported(q, cos, logical) and rotary_supported(k, cos, logical)):
             return reference.rope(q, k, cos, sin, unsqueeze_dim)

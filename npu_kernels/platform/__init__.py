@@ -1,4 +1,4 @@
-"""The kit's only knowledge of npu / cuda / cpu differences: platforms, hardware profiles, their environments.
+"""Platforms: the one place that knows npu / cuda / cpu differences (platforms, hardware profiles, environments).
 
 * :mod:`~npu_kernels.platform.base`: the :class:`Platform` interface (verl device, torch module, dist backend,
   visible-devices variable, Ray resource and start args, attention, compute dtype, setup scripts, socket-interface

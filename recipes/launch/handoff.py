@@ -51,18 +51,24 @@ class Handoff:
     target: Path
 
     def merge_command(self, target: Path | None = None) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "verl.model_merger",
-            "merge",
-            "--backend",
-            "fsdp",
-            "--local_dir",
-            str(self.step_dir),
-            "--target_dir",
-            str(target or self.target),
-        ]
+        return merger_command(self.step_dir, target or self.target)
+
+
+def merger_command(step_dir: Path, target: Path) -> list[str]:
+    """verl's model merger over one FSDP checkpoint step into a plain HF model directory: the kit's one spelling
+    of it (the hand-off above, and tests/cpu/test_cpu_sft.py)."""
+    return [
+        sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(step_dir),
+        "--target_dir",
+        str(target),
+    ]
 
 
 def _recipes(name: str) -> tuple[catalog.Recipe, catalog.Recipe]:

@@ -169,17 +169,20 @@ def _ray_cpus_row(cfg: DictConfig) -> str:
     return f"{need.total} held at once ({need.describe()}) of {of}"
 
 
+def _micro_batch(actor: DictConfig) -> str:
+    """The actor's micro-batch: a token budget per device under dynamic batching, else a count per device."""
+    if actor.use_dynamic_bsz:
+        return f"dynamic, {actor.ppo_max_token_len_per_gpu} tokens/device"
+    return f"{actor.ppo_micro_batch_size_per_gpu} per device"
+
+
 def _rl_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
     arr = cfg.actor_rollout_ref
     world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
     sp, tp = int(arr.actor.ulysses_sequence_parallel_size), int(arr.rollout.tensor_model_parallel_size)
     batch, n, mini = int(cfg.data.train_batch_size), int(arr.rollout.n), int(arr.actor.ppo_mini_batch_size)
     offload = [name for name in ("param", "optimizer") if arr.actor.fsdp_config.get(f"{name}_offload")]
-    micro = (
-        f"dynamic, {arr.actor.ppo_max_token_len_per_gpu} tokens/device"
-        if arr.actor.use_dynamic_bsz
-        else f"{arr.actor.ppo_micro_batch_size_per_gpu} per device"
-    )
+    micro = _micro_batch(arr.actor)
     mt = arr.rollout.multi_turn
     vk = arr.rollout.val_kwargs
     reward = cfg.custom_reward_function

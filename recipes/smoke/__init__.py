@@ -9,5 +9,6 @@
 * :mod:`~recipes.smoke.progress`: verl's console log -> ``step k/N, s/step, ETA``;
 * :mod:`~recipes.smoke.report`: ``summary.json`` and the final table;
 * :mod:`~recipes.smoke.toolcheck`: the tool-call check of the SFT model;
-* :mod:`~recipes.smoke.tiny_model`, :mod:`~recipes.smoke.make_data`: the tiny offline-built model and inputs.
+* :mod:`~recipes.smoke.tiny_model`, :mod:`~recipes.smoke.make_data`: the tiny offline-built model and inputs
+  (:mod:`~recipes.smoke.offline_tokenizer`: the real Qwen tokenizer; :mod:`~recipes.smoke.build_cache`: their cache).
 """

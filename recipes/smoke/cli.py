@@ -293,8 +293,9 @@ def _run(words: list[str]) -> int:
     args = build_run_parser().parse_args(words)
     target = resolve_target(args.platform)
     out = (args.out or default_out()).resolve()
+    from recipes.smoke.commands import FAST, FULL, SMOKE_TASK
     from recipes.smoke.learn import LEARN, LEARN_TASK
-    from recipes.smoke.pipeline import FAST, FULL, SMOKE_TASK, Smoke
+    from recipes.smoke.pipeline import Smoke
     from recipes.smoke.supervisor import exit_on_signals, say
 
     if args.learn and args.fast:

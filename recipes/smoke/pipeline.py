@@ -33,19 +33,7 @@ from typing import Any
 
 from npu_kernels.platform import HardwareProfile
 from recipes.launch.trace import rollout_traces
-from recipes.smoke.commands import (  # noqa: F401 (DATA_DIR, SFT_MAX_LENGTH, *_OVERRIDES: kept importable here)
-    DATA_DIR,
-    FAST,
-    FULL,
-    RL_OVERRIDES,
-    SCALE,
-    SFT_MAX_LENGTH,
-    SFT_OVERRIDES,
-    SMOKE_TASK,
-    STAGES,
-    Sizes,
-    SmokeCommands,
-)
+from recipes.smoke.commands import FAST, SCALE, STAGES, Sizes, SmokeCommands
 from recipes.smoke.progress import RL_STEP_TIME, SFT_STEP_TIME, Progress, median_step_seconds, step_metrics
 from recipes.smoke.report import RunFacts, Stage, render_table, summary, val_acc
 from recipes.smoke.sandbox_service import SandboxService
@@ -322,6 +310,8 @@ def env_stage() -> Stage | None:
 
 
 if __name__ == "__main__":
-    from recipes.smoke.cli import main
+    # The old entry point, kept as an alias of ``python -m recipes.smoke`` (tests/smoke/test_cli.py). Run by name,
+    # not imported: the command line sits above the stages (cli imports this module), never below them.
+    import runpy
 
-    sys.exit(main())
+    runpy.run_module("recipes.smoke", run_name="__main__", alter_sys=True)

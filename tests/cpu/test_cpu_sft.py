@@ -20,6 +20,7 @@ import pytest
 from kit_testing import kit_env, step_metrics, tiny_model_dir
 
 from npu_kernels.platform import CPU
+from recipes.launch.handoff import merger_command
 from recipes.retool.schema import TOOL_SCHEMA
 
 STEPS = 3
@@ -127,22 +128,7 @@ def test_cpu_sft_multiturn_tools_and_merge(tmp_path: Path) -> None:
     assert (step_dir / "huggingface" / "config.json").is_file()
 
     merged = tmp_path / "merged"
-    merge_wall = _run(
-        [
-            sys.executable,
-            "-m",
-            "verl.model_merger",
-            "merge",
-            "--backend",
-            "fsdp",
-            "--local_dir",
-            str(step_dir),
-            "--target_dir",
-            str(merged),
-        ],
-        tmp_path / "merge.log",
-        timeout=180,
-    )
+    merge_wall = _run(merger_command(step_dir, merged), tmp_path / "merge.log", timeout=180)
     print(f"[cpu-sft] model_merger wall {merge_wall:.1f}s")
 
     import torch

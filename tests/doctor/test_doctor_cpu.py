@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env
 
-from npu_kernels.doctor import FAIL, INFO, OK, WARN, Options, Probes, Result, render_table, run_checks
-from npu_kernels.doctor.cli import CHECKS, REGISTRY
+from npu_kernels.doctor.cli import CHECKS, REGISTRY, render_table, run_checks
 from npu_kernels.doctor.host import _dist_backend
 from npu_kernels.doctor.network import parse_ip_addr, selects
+from npu_kernels.doctor.probes import FAIL, INFO, OK, WARN, Options, Probes, Result
 from npu_kernels.doctor.run import sandbox_base
 from npu_kernels.platform import CPU, NPU, PROFILES, HardwareProfile
 from npu_kernels.platform.cpu import CpuPlatform
@@ -107,7 +107,8 @@ def test_help_names_the_profile_option_and_the_sandbox_variable() -> None:
 def test_import_is_light() -> None:
     """The doctor must load where torch/vLLM/Ray are broken: importing it imports none of them."""
     code = (
-        "import sys, npu_kernels.doctor; print([m for m in ('torch', 'torch_npu', 'vllm', 'ray') if m in sys.modules])"
+        "import sys, npu_kernels.doctor.cli; "
+        "print([m for m in ('torch', 'torch_npu', 'vllm', 'ray') if m in sys.modules])"
     )
     proc = subprocess.run([sys.executable, "-c", code], env=kit_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr

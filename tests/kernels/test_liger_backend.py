@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from types import ModuleType
 
@@ -11,6 +12,7 @@ import torch
 from npu_kernels import ops as kernel_ops
 from npu_kernels import platform as kit_platform
 from npu_kernels.ops import reference
+from npu_kernels.ops.base import RopeFn
 
 
 def _rand(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:
@@ -52,3 +54,15 @@ def test_liger_leaves_unsupported_cases_to_the_reference(stub_liger: ModuleType)
     cos, sin = _rand(2, 7, 16, seed=2).tanh(), _rand(2, 7, 16, seed=3).tanh()
     ops.rope(q, k, cos, sin, unsqueeze_dim=2)  # liger's RoPE only knows (B, N, S, D)
     assert stub_liger.CALLS == []
+
+
+def test_every_backend_implements_the_one_rope_signature(stub_torch_npu: ModuleType, stub_liger: ModuleType) -> None:
+    """npu_kernels/ops/base.py:RopeFn states the rope signature once; each backend's rope takes exactly it."""
+
+    def params(fn: object) -> list[tuple[str, object, object]]:
+        return [(p.name, p.kind, p.default) for p in inspect.signature(fn).parameters.values()]  # type: ignore[arg-type]
+
+    want = params(RopeFn.__call__)[1:]  # without self
+    assert [name for name, _, _ in want] == ["q", "k", "cos", "sin", "unsqueeze_dim"]
+    for backend in kernel_ops.BACKENDS:
+        assert params(kernel_ops.load(backend).rope) == want, backend

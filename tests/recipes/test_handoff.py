@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from kit_testing import REPO_ROOT
+from kit_testing import REPO_ROOT, run_kit_script
 
 from npu_kernels.cli_errors import EXIT_FAILED
 from recipes.launch import handoff
@@ -32,15 +32,7 @@ def fake_checkpoint(root: Path, step: int, world: int = 2) -> Path:
 
 
 def run_script(args: list[str], env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", "scripts/sft_to_rl.sh", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_kit_script("sft_to_rl.sh", args, env, timeout)
 
 
 def test_help(launch_env: dict[str, str]) -> None:

@@ -21,22 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kit_testing import REPO_ROOT, kit_env
+from kit_testing import kit_env, run_kit_script
 
 from npu_kernels.platform.cpu import CPU_RAY_NUM_CPUS
 from recipes.launch import cluster
 
 
 def run(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", "scripts/ray_cluster.sh", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_kit_script("ray_cluster.sh", args, env, timeout)
 
 
 def test_help_and_bad_usage(launch_env: dict[str, str]) -> None:

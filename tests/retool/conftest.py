@@ -146,8 +146,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 
 @pytest.fixture(scope="session")
 def qwen_tokenizer_dir(tmp_path_factory) -> Path:
-    """The real Qwen2.5/Qwen3 tokenizer with its hermes chat template, built offline (recipes.smoke.tiny_model)."""
-    from recipes.smoke.tiny_model import build_qwen_tokenizer
+    """The real Qwen2.5/Qwen3 tokenizer and hermes chat template, built offline (recipes.smoke.offline_tokenizer)."""
+    from recipes.smoke.offline_tokenizer import build_qwen_tokenizer
 
     return build_qwen_tokenizer(tmp_path_factory.mktemp("qwen-tokenizer"))
 

@@ -3,6 +3,7 @@ the venv is built, and says which interpreter runs the smoke on which platform."
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -166,3 +167,26 @@ def test_tool_call_rate_help() -> None:
         timeout=60,
     )
     assert proc.returncode == 0 and "--platform" in proc.stdout
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, at any level (function-level imports count as much as top-level ones)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+    return found
+
+
+def test_the_stages_never_import_the_command_line() -> None:
+    """Imports run downward (issue 22): cli imports the stages, so no other smoke module may import cli back, not
+    even the ``python -m recipes.smoke.pipeline`` alias above (it runs the package's entry point by name)."""
+    smoke = REPO_ROOT / "recipes" / "smoke"
+    upward = {
+        path.name: sorted(m for m in _imports(path) if m == "recipes.smoke.cli")
+        for path in sorted(smoke.glob("*.py"))
+        if path.name not in ("cli.py", "__main__.py")
+    }
+    assert not {name: found for name, found in upward.items() if found}
