@@ -83,8 +83,17 @@ def test_cli_help_lists_the_documented_options() -> None:
         [sys.executable, "-m", "sandbox", "bench", "--help"], capture_output=True, text=True, env=env, cwd=REPO_ROOT
     )
     assert bench.returncode == 0 and "--concurrency" in bench.stdout and "--requests" in bench.stdout
-    for option in ("--burst", "--recipe", "--rounds", "--deadline"):
+    for option in ("--burst", "--rounds", "--deadline", "retool-launch"):
         assert option in bench.stdout
+
+
+def test_bench_recipe_says_where_the_recipe_number_comes_from_now() -> None:
+    """The sandbox reads no recipe (issue 22 item 5): ``--recipe`` is one usage line naming the kit's command."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "sandbox", "bench", "--recipe", "qwen3_4b_dapo"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert '--burst "$(retool-launch demand --recipe qwen3_4b_dapo)"' in proc.stderr
 
 
 def test_bench_against_a_server(server) -> None:
