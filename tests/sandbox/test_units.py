@@ -112,3 +112,22 @@ def test_burst_cli_reports_p50_p99_and_exit_status(server) -> None:
     row = next(line for line in proc.stdout.splitlines() if line.startswith("print "))
     assert row.split()[1:6] == ["16", "2", "32", "0", "0"]  # clients, rounds, ok, failed, unavailable
     assert f"{server.health['workers']} workers + {server.health['max_queue']} queue" in proc.stdout
+
+
+def test_every_module_the_worker_loads_by_path_is_mounted_beside_it() -> None:
+    """Inside bubblewrap the worker sees only the files sandbox/isolation.py binds (WORKER_FILES): a sibling it
+    loads by path but nobody mounts is a FileNotFoundError at start-up, under bwrap only."""
+    import ast
+
+    from sandbox import isolation
+
+    mounted = {path.name for path in isolation.WORKER_FILES}
+    loaded = set()
+    for script in isolation.WORKER_FILES:
+        for node in ast.walk(ast.parse(script.read_text())):
+            func = getattr(node, "func", None)
+            if isinstance(node, ast.Call) and getattr(func, "id", "") == "_load_sibling":
+                loaded.add(f"{node.args[0].value}.py")
+    assert {"worker_os.py", "worker_reap.py", "worker_landlock.py"} <= loaded  # the scan found the calls
+    assert loaded <= mounted, f"loaded by path but not mounted: {sorted(loaded - mounted)}"
+    assert all(path.is_file() for path in isolation.WORKER_FILES)
