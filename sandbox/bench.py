@@ -1,8 +1,8 @@
 """Load test for any SandboxFusion-compatible ``/run_code`` URL: latency percentiles and requests/s.
 
-Each snippet's stdout is checked, so a fast wrong answer counts as an error, not as throughput. ``--burst N`` and
-``--recipe NAME`` switch to the burst mode (:mod:`sandbox.bench_burst`): N clients at the same instant, the way an
-RL step's tool calls arrive.
+Each snippet's stdout is checked, so a fast wrong answer counts as an error, not as throughput. ``--burst N``
+switches to the burst mode (:mod:`sandbox.bench_burst`): N clients at the same instant, the way an RL step's tool
+calls arrive.
 """
 
 from __future__ import annotations
@@ -15,22 +15,9 @@ from dataclasses import asdict, dataclass
 
 import httpx
 
+from sandbox.bench_burst import RECIPE_MOVED, run_burst_cli
+from sandbox.bench_requests import SNIPPETS, percentile, run_code_payload
 from sandbox.cli_errors import KitError, UsageError
-
-#: name → (code, expected stdout)
-SNIPPETS: dict[str, tuple[str, str]] = {
-    "print": ("print(1 + 1)", "2"),
-    "numpy": ("import numpy as np; print(np.arange(10).sum())", "45"),
-    "sympy": (
-        "import sympy; print(sympy.factorint(2**64 - 1))",
-        "{3: 1, 5: 1, 17: 1, 257: 1, 641: 1, 65537: 1, 6700417: 1}",
-    ),
-    "sum": ("print(sum(range(10**5)))", "4999950000"),
-    "loop": (
-        "s = 0\nfor i in range(3 * 10**5):\n    s += i * i % 7\nprint(s)",
-        str(sum(i * i % 7 for i in range(3 * 10**5))),
-    ),
-}
 
 
 @dataclass
@@ -46,22 +33,10 @@ class BenchRow:
     req_per_s: float
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
-
-
 async def _one(client: httpx.AsyncClient, url: str, code: str, expected: str, timeout: float) -> tuple[bool, float]:
-    payload = {"code": code, "language": "python", "run_timeout": 30, "memory_limit_MB": 1024}
     started = time.perf_counter()
     try:
-        resp = await client.post(url, json=payload, timeout=timeout)
+        resp = await client.post(url, json=run_code_payload(code), timeout=timeout)
         body = resp.json()
         ok = (
             resp.status_code == 200
@@ -150,15 +125,16 @@ async def run_bench(
 
 
 def run_bench_cli(args: argparse.Namespace) -> int:
-    burst = bool(getattr(args, "burst", None) or getattr(args, "recipe", None))
+    if args.recipe:
+        why, fix = RECIPE_MOVED
+        raise UsageError(why, fix.format(recipe=args.recipe))
+    burst = bool(args.burst)
     chosen = args.snippets or ("print" if burst else ",".join(SNIPPETS))
     snippets = [s.strip() for s in chosen.split(",") if s.strip()]
     unknown = [s for s in snippets if s not in SNIPPETS]
     if unknown:
         raise UsageError(f"--snippets: unknown {', '.join(unknown)}", f"choose from {', '.join(sorted(SNIPPETS))}")
     if burst:
-        from sandbox.bench_burst import run_burst_cli
-
         return run_burst_cli(args, snippets)
     concurrencies = args.concurrency  # parsed and checked by the CLI (sandbox/cli.py _counts)
     problem = unreachable(args.url, args.timeout)

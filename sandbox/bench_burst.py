@@ -1,11 +1,12 @@
-"""``retool-sandbox bench --burst N`` / ``--recipe NAME``: N clients send one request each at the same instant.
+"""``retool-sandbox bench --burst N``: N clients send one request each at the same instant.
 
 This is the load an RL step puts on the sandbox: every agent-loop worker's tool threads (``max_concurrency``) fire
 as the rollouts reach their code blocks, so up to agent workers x max_concurrency requests are in flight at once
 (issue 14 item 2: 16 x 64 = 1,024 for the kit's recipes). The other bench mode keeps a fixed number of clients
 busy and measures throughput; this one asks whether a burst of that size is answered without a single refusal,
 and how long the last request waited. Bounded: N x rounds requests, each with ``--timeout``, all within
-``--deadline`` seconds.
+``--deadline`` seconds. A recipe's N comes from the kit's launcher (``retool-launch demand --recipe NAME``): the
+sandbox stands alone and reads no recipe.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import asyncio
 import json
 import resource
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
 import httpx
 
-from sandbox.bench import SNIPPETS, percentile
-from sandbox.cli_errors import KitError, UsageError
+from sandbox.bench_requests import SNIPPETS, percentile, run_code_payload
+from sandbox.cli_errors import UsageError
 
 #: HTTP answers a client treats as "try later": what the kit's tool retries and finally reports as unavailable.
 UNAVAILABLE_STATUSES = frozenset({429, 502, 503, 504})
@@ -47,26 +49,24 @@ class BurstResult:
         return self.failed == 0 and self.unavailable == 0 and not self.deadline_hit
 
 
+#: What ``bench --recipe NAME`` became: the kit's launcher composes the recipe and prints the number; the sandbox,
+#: which stands alone (issue 22 item 5), takes it as ``--burst N``.
+RECIPE_MOVED = (
+    "--recipe: the sandbox no longer reads the kit's recipes",
+    'retool-sandbox bench --burst "$(retool-launch demand --recipe {recipe})"',
+)
+
+
 def add_burst_options(bench: argparse.ArgumentParser) -> None:
     group = bench.add_argument_group("burst mode (the recipe's concurrency: every client at once)")
-    group.add_argument("--burst", type=int, metavar="N", help="N clients send one request each at the same instant")
     group.add_argument(
-        "--recipe",
-        help="burst at this launch recipe's in-flight tool calls per sandbox (e.g. qwen3_4b_dapo; needs the kit's "
-        "recipes and Hydra)",
+        "--burst",
+        type=int,
+        metavar="N",
+        help="N clients send one request each at the same instant; a recipe's N, the in-flight tool calls per "
+        "sandbox: `retool-launch demand --recipe NAME [--hw PROFILE] [--layout per-node|shared]`",
     )
-    try:
-        from npu_kernels.platform.cli import add_profile_option
-
-        add_profile_option(group, "hardware profile for --recipe (default: the dry run's, KIT_HW or this machine's)")
-    except ImportError:  # the sandbox installed without the kit's other packages: --recipe is unusable anyway
-        group.add_argument("--profile", "--hw", dest="profile", help="hardware profile for --recipe")
-    group.add_argument(
-        "--layout",
-        choices=("per-node", "shared"),
-        default="per-node",
-        help="for --recipe: one sandbox per node (loopback URL) or one for the whole cluster (default %(default)s)",
-    )
+    group.add_argument("--recipe", help=argparse.SUPPRESS)  # only to say where it went (RECIPE_MOVED)
     group.add_argument("--rounds", type=int, default=1, help="bursts in a row (default %(default)s)")
     group.add_argument(
         "--deadline", type=float, default=600.0, help="stop the whole run after this many seconds (default 600)"
@@ -130,40 +130,24 @@ async def post_json(url: str, payload: dict[str, object], timeout: float) -> tup
     return status, content
 
 
-async def run_burst(
-    url: str, snippet: str, clients: int, rounds: int = 1, timeout: float = 60.0, deadline: float = 600.0
-) -> BurstResult:
-    """Fire ``clients`` requests at once, ``rounds`` times; nothing is retried, so every refusal is counted."""
-    if urlsplit(url).scheme != "http":
-        raise ValueError(f"burst mode speaks plain http (loopback or cluster-internal), not {url}")
-    code, expected = SNIPPETS[snippet]
-    payload = {"code": code, "language": "python", "run_timeout": 30, "memory_limit_MB": 1024}
-    counts = {"ok": 0, "failed": 0, "unavailable": 0}
-    latencies: list[float] = []
-    examples: list[str] = []
-    started = time.perf_counter()
-    deadline_hit = False
+async def _answer(url: str, payload: dict[str, object], timeout: float) -> tuple[int | None, object]:
+    """One request's HTTP status (None: no complete answer) and its body: decoded JSON, raw text, or why none came."""
+    try:
+        status, content = await post_json(url, payload, timeout)
+    except (OSError, TimeoutError, ValueError, IndexError) as exc:  # no (complete) HTTP answer
+        return None, f"{type(exc).__name__}: {exc}"
+    try:
+        return status, json.loads(content)
+    except ValueError:
+        return status, content[:200].decode(errors="replace")
 
-    async def one(go: asyncio.Event) -> None:
-        await go.wait()
-        begun = time.perf_counter()
-        status: int | None = None
-        body: object = None
-        try:
-            status, content = await post_json(url, payload, timeout)
-            try:
-                body = json.loads(content)
-            except ValueError:
-                body = content[:200].decode(errors="replace")
-        except (OSError, TimeoutError, ValueError, IndexError) as exc:  # no (complete) HTTP answer
-            body = f"{type(exc).__name__}: {exc}"
-        kind = _classify(status, body, expected)
-        counts[kind] += 1
-        latencies.append(time.perf_counter() - begun)
-        if kind != "ok" and len(examples) < 5:
-            detail = body.get("message") if isinstance(body, dict) else body
-            examples.append(f"{kind}: HTTP {status}: {str(detail)[:160]}")
 
+async def _release_rounds(
+    one: Callable[[asyncio.Event], Awaitable[None]], clients: int, rounds: int, deadline: float, started: float
+) -> int:
+    """``rounds`` bursts of ``clients`` tasks released together; how many were unfinished at the deadline (0: none).
+
+    Unfinished tasks are cancelled and the remaining rounds skipped: the run stays within ``deadline`` seconds."""
     for _ in range(rounds):
         go = asyncio.Event()
         tasks = [asyncio.create_task(one(go)) for _ in range(clients)]
@@ -172,12 +156,39 @@ async def run_burst(
         left = deadline - (time.perf_counter() - started)
         _done, pending = await asyncio.wait(tasks, timeout=max(left, 0.0))
         if pending:
-            deadline_hit = True
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
-            counts["unavailable"] += len(pending)
-            break
+            return len(pending)
+    return 0
+
+
+async def run_burst(
+    url: str, snippet: str, clients: int, rounds: int = 1, timeout: float = 60.0, deadline: float = 600.0
+) -> BurstResult:
+    """Fire ``clients`` requests at once, ``rounds`` times; nothing is retried, so every refusal is counted."""
+    if urlsplit(url).scheme != "http":
+        raise ValueError(f"burst mode speaks plain http (loopback or cluster-internal), not {url}")
+    code, expected = SNIPPETS[snippet]
+    payload = run_code_payload(code)
+    counts = {"ok": 0, "failed": 0, "unavailable": 0}
+    latencies: list[float] = []
+    examples: list[str] = []
+    started = time.perf_counter()
+
+    async def one(go: asyncio.Event) -> None:
+        await go.wait()
+        begun = time.perf_counter()
+        status, body = await _answer(url, payload, timeout)
+        kind = _classify(status, body, expected)
+        counts[kind] += 1
+        latencies.append(time.perf_counter() - begun)
+        if kind != "ok" and len(examples) < 5:
+            detail = body.get("message") if isinstance(body, dict) else body
+            examples.append(f"{kind}: HTTP {status}: {str(detail)[:160]}")
+
+    unfinished = await _release_rounds(one, clients, rounds, deadline, started)
+    counts["unavailable"] += unfinished
     wall = time.perf_counter() - started
     return BurstResult(
         snippet=snippet,
@@ -190,7 +201,7 @@ async def run_burst(
         p99_ms=round(percentile(latencies, 0.99) * 1000, 1),
         max_ms=round(max(latencies, default=float("nan")) * 1000, 1),
         wall_s=round(wall, 2),
-        deadline_hit=deadline_hit,
+        deadline_hit=unfinished > 0,
         examples=examples,
     )
 
@@ -218,27 +229,8 @@ def server_capacity(url: str) -> dict[str, int] | None:
         return None
 
 
-def recipe_clients(recipe: str, hw: str | None, layout: str) -> tuple[int, str]:
-    """In-flight tool calls per sandbox for a launch recipe (see :mod:`recipes.launch.capacity`)."""
-    try:
-        from recipes.launch.capacity import recipe_demand
-    except ImportError as exc:
-        raise KitError(f"--recipe needs the kit's recipes package and Hydra ({exc})", "use --burst N instead") from exc
-    from npu_kernels.platform import default_hardware
-
-    try:
-        demand = recipe_demand(recipe, hw or default_hardware(planning=True), shared=layout == "shared")
-    except KeyError as exc:  # an unknown recipe or profile: the message lists the known ones
-        raise UsageError(f"--recipe/--hw: {exc.args[0]}") from None
-    return demand.per_sandbox, demand.explain()
-
-
 def run_burst_cli(args: argparse.Namespace, snippets: list[str]) -> int:
-    if args.recipe:
-        clients, why = recipe_clients(args.recipe, args.profile, args.layout)
-        print(f"recipe {args.recipe}: {why}")
-    else:
-        clients = args.burst
+    clients = args.burst
     if clients < 1 or args.rounds < 1 or args.deadline <= 0:
         raise UsageError("--burst, --rounds and --deadline must be positive")
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

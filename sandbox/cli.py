@@ -50,7 +50,6 @@ def _counts(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    defaults = SandboxSettings()
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="SandboxFusion-compatible /run_code service (warm fork-server workers, bubblewrap isolation).",
@@ -58,6 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="run the /run_code HTTP service")
+    defaults = SandboxSettings()
+    _add_serve_capacity(serve, defaults)
+    _add_serve_limits(serve, defaults)
+    _add_serve_process(serve, defaults)
+    _add_bench(sub.add_parser("bench", help="load-test a SandboxFusion-compatible /run_code URL"))
+    return parser
+
+
+def _add_serve_capacity(serve: argparse.ArgumentParser, defaults: SandboxSettings) -> None:
+    """Where it listens and how many requests it takes at once (the sizing rule of the README)."""
     serve.add_argument("--host", default=defaults.host, help="bind address (default %(default)s: loopback only)")
     serve.add_argument("--port", type=_port, default=defaults.port, help="default %(default)s; 0: any free port")
     serve.add_argument(
@@ -75,6 +84,10 @@ def build_parser() -> argparse.ArgumentParser:
         "x the agent-loop workers it serves (16 x 64 = 1,024 for the kit's recipes on one node); "
         "`retool-launch run RECIPE --dry-run` compares the two",
     )
+
+
+def _add_serve_limits(serve: argparse.ArgumentParser, defaults: SandboxSettings) -> None:
+    """What one run may use and see: output, isolation, warm workers, memory, time, processes, files."""
     serve.add_argument(
         "--output-limit-kb",
         type=_positive_int,
@@ -125,6 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=defaults.fsize_mb,
         help="largest file a run may write, MiB (default %(default)s)",
     )
+
+
+def _add_serve_process(serve: argparse.ArgumentParser, defaults: SandboxSettings) -> None:
+    """Who runs the code, how overload is answered, what it may read, logging and the keep-alive supervisor."""
     serve.add_argument(
         "--sandbox-uid",
         type=int,
@@ -156,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
         "of a server that dies get no answer (the kit's tool reports them as sandbox errors)",
     )
 
-    bench = sub.add_parser("bench", help="load-test a SandboxFusion-compatible /run_code URL")
+
+def _add_bench(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--url", default="http://127.0.0.1:8080/run_code", help="default %(default)s")
     bench.add_argument(
         "--concurrency", type=_counts, default="1,8,32", help="comma-separated client counts (default %(default)s)"
@@ -175,7 +193,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--timeout", type=float, default=60.0, help="HTTP timeout per request, s")
     bench.add_argument("--json", dest="json_out", help="also write the results as JSON to this file")
     add_burst_options(bench)
-    return parser
 
 
 def _listen(host: str, port: int) -> socket.socket | None:

@@ -33,8 +33,10 @@ from sandbox.settings import SandboxSettings
 
 WORKER_SCRIPT = Path(__file__).with_name("worker_main.py")
 LANDLOCK_HELPER = Path(__file__).with_name("worker_landlock.py")
-#: Loaded by the worker by path: frames and system calls; what a request child does to itself.
-WORKER_HELPERS = (Path(__file__).with_name("worker_os.py"), Path(__file__).with_name("worker_request.py"))
+#: Loaded by the worker by path: frames and system calls; what a request child does to itself; ending a run.
+WORKER_HELPERS = tuple(
+    Path(__file__).with_name(f"{name}.py") for name in ("worker_os", "worker_request", "worker_reap")
+)
 WORKER_FILES = (WORKER_SCRIPT, LANDLOCK_HELPER, *WORKER_HELPERS)
 WORKER_CAPABILITIES = (
     "CAP_SETUID",

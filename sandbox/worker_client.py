@@ -29,6 +29,38 @@ EOF_GRACE_S = 0.25
 CLEANUP_TIMEOUT_S = 15.0
 
 
+def _worker_config(
+    settings: SandboxSettings,
+    plan: IsolationPlan,
+    slot: int,
+    tmp_root: str,
+    env: dict[str, str],
+    *,
+    preload: bool,
+    known: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The first frame a worker reads (``worker_main.main``): its uid, limits, directories and what to pre-import."""
+    config: dict[str, Any] = {
+        "in_bwrap": plan.in_bwrap,
+        "tmp_root": tmp_root,
+        "sandbox_uid": settings.sandbox_uid - slot,
+        "sandbox_gid": settings.sandbox_gid - slot,
+        "nproc": settings.nproc,
+        "fsize_mb": settings.fsize_mb,
+        "nofile": settings.nofile,
+        "max_fetch_bytes": settings.max_fetch_mb * 1024 * 1024,
+        "preload": list(settings.preload) if preload else [],
+        "child_env": env,
+        "landlock_abi": plan.landlock_abi if plan.filesystem == FS_LANDLOCK else 0,
+        "fs_read_only": plan.allowlist.read_only + plan.allowlist.etc_files,
+    }
+    if known:  # what an earlier worker found out (privilege mode, netns): spares each cold worker its probes
+        config["privilege_mode"] = known["privilege_mode"]
+        config["privilege_note"] = known.get("privilege_note", "")
+        config["netns_per_request"] = known["network_isolated"] and not plan.in_bwrap
+    return config
+
+
 @dataclass
 class Job:
     """One request to execute, already validated."""
@@ -123,24 +155,7 @@ class WorkerProcess:
         parent_sock.setblocking(False)
         worker = cls(proc, parent_sock, {}, slot)
         worker.private_tmp = None if plan.in_bwrap else tmp_root
-        config = {
-            "in_bwrap": plan.in_bwrap,
-            "tmp_root": tmp_root,
-            "sandbox_uid": settings.sandbox_uid - slot,
-            "sandbox_gid": settings.sandbox_gid - slot,
-            "nproc": settings.nproc,
-            "fsize_mb": settings.fsize_mb,
-            "nofile": settings.nofile,
-            "max_fetch_bytes": settings.max_fetch_mb * 1024 * 1024,
-            "preload": list(settings.preload) if preload else [],
-            "child_env": env,
-            "landlock_abi": plan.landlock_abi if plan.filesystem == FS_LANDLOCK else 0,
-            "fs_read_only": plan.allowlist.read_only + plan.allowlist.etc_files,
-        }
-        if known:  # what an earlier worker found out (privilege mode, netns): spares each cold worker its probes
-            config["privilege_mode"] = known["privilege_mode"]
-            config["privilege_note"] = known.get("privilege_note", "")
-            config["netns_per_request"] = known["network_isolated"] and not plan.in_bwrap
+        config = _worker_config(settings, plan, slot, tmp_root, env, preload=preload, known=known)
         try:
             await worker._send(config)
             info = await asyncio.wait_for(worker._recv(), STARTUP_TIMEOUT_S)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import base64
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import resource
-import select
 import shutil
 import signal
 import socket
@@ -51,7 +51,7 @@ HEADER, MAX_FRAME, MIB, CLONE_NEWNET = _os.HEADER, _os.MAX_FRAME, _os.MIB, _os.C
 PR_SET_PDEATHSIG, PR_SET_NAME, PR_SET_NO_NEW_PRIVS = _os.PR_SET_PDEATHSIG, _os.PR_SET_NAME, _os.PR_SET_NO_NEW_PRIVS
 PR_SET_CHILD_SUBREAPER = _os.PR_SET_CHILD_SUBREAPER
 send_frame, recv_frame, _libc, _prctl = _os.send_frame, _os.recv_frame, _os._libc, _os._prctl
-_set_rlimit, _vm_size_bytes, _children_of_self = _os._set_rlimit, _os._vm_size_bytes, _os._children_of_self
+_set_rlimit, _vm_size_bytes = _os._set_rlimit, _os._vm_size_bytes
 _drop_all_capabilities = _os._drop_all_capabilities
 
 _request = _load_sibling("worker_request")
@@ -64,6 +64,8 @@ _reset_process_state = _request._reset_process_state
 _flush_and_exit = _request._flush_and_exit
 _run_user_code = _request._run_user_code
 _exit_code = _request._exit_code
+
+_reap = _load_sibling("worker_reap")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -153,14 +155,7 @@ class Worker:
 
     def _enable_landlock(self) -> None:
         """Load the Landlock helper (next to this script, by path) and keep it if a test child proves it works."""
-        import importlib.util
-
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "worker_landlock.py")
-        spec = importlib.util.spec_from_file_location("retool_sandbox_landlock", path)
-        if spec is None or spec.loader is None:
-            return
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
+        module = _load_sibling("worker_landlock")
         if module.hides_root(self.fs_read_only, [self.tmp_root], self.landlock_abi):
             self.landlock, self.filesystem = module, "landlock"
 
@@ -240,7 +235,7 @@ class Worker:
                     with contextlib.suppress(OSError):
                         os.close(fd)
             send_frame(self.sock, reply)
-            clean = self._reap_all(self.leader)
+            clean = _reap.reap_all(self.in_bwrap, self.leader)
             if self.in_bwrap and not self.is_root:
                 _empty_private_dirs((self.tmp_root, "/dev/shm"))  # same uid as us: it could write there
             send_frame(self.sock, {"cleanup": clean})
@@ -275,9 +270,9 @@ class Worker:
         for fd in fds:  # only the child (and the server) may hold the request's pipes
             os.close(fd)
         fds.clear()
-        outcome = self._wait(pid, float(request["run_timeout"]))
+        outcome = _reap.wait_main(pid, float(request["run_timeout"]))
         execution_time = time.monotonic() - started
-        self._signal_all(pid, leader_reaped=False)
+        _reap.signal_all(self.in_bwrap, pid, leader_reaped=False)
         try:
             setup_ok = os.read(setup_r, 1) == b"1"
         except BlockingIOError:  # killed (timeout) before it finished setting up
@@ -292,60 +287,6 @@ class Worker:
         if fetch:
             reply["files"] = self._fetch_files(workdir, fetch, int(self.cfg["max_fetch_bytes"]))
         return reply
-
-    def _signal_all(self, leader: int | None, leader_reaped: bool) -> None:
-        """One SIGKILL pass over everything the request may have left running."""
-        if self.in_bwrap:
-            # Our own pid namespace: every process but bwrap's init and us belongs to this request.
-            with contextlib.suppress(OSError):
-                os.kill(-1, signal.SIGKILL)
-        if leader is not None and not leader_reaped:  # while unreaped, its pid (= its group id) can't be reused
-            for target in (-leader, leader):
-                with contextlib.suppress(OSError):
-                    os.kill(target, signal.SIGKILL)
-        for child in _children_of_self():
-            with contextlib.suppress(OSError):
-                os.kill(child, signal.SIGKILL)
-
-    def _reap_all(self, leader: int | None) -> bool:
-        """Kill and reap until we have no child at all; False if something survived 3 s of this.
-
-        The worker is a child subreaper, so every descendant is either below a live process or re-parented to us:
-        when ``waitpid`` reports no children, nothing of the request is left.
-        """
-        deadline = time.monotonic() + 3.0
-        leader_reaped = False
-        while True:
-            self._signal_all(leader, leader_reaped)
-            while True:
-                try:
-                    pid, _ = os.waitpid(-1, os.WNOHANG)
-                except ChildProcessError:
-                    return True
-                if pid == 0:
-                    break
-                leader_reaped = leader_reaped or pid == leader
-            if time.monotonic() > deadline:
-                return False
-            time.sleep(0.001)
-
-    def _wait(self, pid: int, timeout: float) -> tuple[str, int | None]:
-        """Wait for the main child (leaving it a zombie so its pid and process group stay reserved)."""
-        pidfd = os.pidfd_open(pid)
-        try:
-            ready, _, _ = select.select([pidfd], [], [], max(timeout, 0.0))
-            if not ready:
-                # Give the program a moment to flush what it printed (its SIGTERM handler does), then kill.
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGTERM)
-                select.select([pidfd], [], [], 0.05)
-                return "TimeLimitExceeded", None
-            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-            if info.si_code == os.CLD_EXITED:
-                return "Finished", info.si_status
-            return "Finished", -info.si_status
-        finally:
-            os.close(pidfd)
 
     def _fetch_files(self, workdir: str, names: list[str], max_bytes: int) -> dict[str, str | None]:
         """Read the requested files with the request's own credentials (a symlink can't reach beyond them)."""

@@ -7,10 +7,8 @@ not importable; sandbox/isolation.py mounts it beside the worker); the server im
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import json
-import os
 import resource
 import socket
 import struct
@@ -93,25 +91,6 @@ def _set_rlimit(which: int, soft: int, hard: int | None = None) -> None:
 def _vm_size_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[0]) * resource.getpagesize()
-
-
-def _children_of_self() -> list[int]:
-    """Direct children (the worker is a subreaper, so orphaned descendants land here too)."""
-    pids: list[int] = []
-    try:
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/children") as f:
-                pids.extend(int(p) for p in f.read().split())
-        return pids
-    except FileNotFoundError:  # kernel without CONFIG_PROC_CHILDREN: scan the process table
-        me = os.getpid()
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                with contextlib.suppress(OSError, ValueError, IndexError):
-                    with open(f"/proc/{entry}/stat") as f:
-                        if int(f.read().rsplit(")", 1)[1].split()[1]) == me:
-                            pids.append(int(entry))
-        return pids
 
 
 def _drop_all_capabilities() -> None:

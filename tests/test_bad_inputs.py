@@ -73,7 +73,11 @@ ROWS = {
     "sandbox serve --port 70000": Row([f"{BIN}/retool-sandbox", "serve", "--port", "70000"], "--port: 70000"),
     "sandbox bench --concurrency abc": Row([f"{BIN}/retool-sandbox", "bench", "--concurrency", "abc"], "--concurrency"),
     "sandbox bench --concurrency 0": Row([f"{BIN}/retool-sandbox", "bench", "--concurrency", "1,0"], "--concurrency"),
-    "sandbox bench --recipe nope": Row([f"{BIN}/retool-sandbox", "bench", "--recipe", "nope"], "unknown recipe 'nope'"),
+    "sandbox bench --recipe nope": Row([f"{BIN}/retool-sandbox", "bench", "--recipe", "nope"], "retool-launch demand"),
+    "launch demand --recipe nope": Row([f"{BIN}/retool-launch", "demand", "--recipe", "nope"], "unknown recipe 'nope'"),
+    "launch demand --recipe sft": Row(
+        [f"{BIN}/retool-launch", "demand", "--recipe", "qwen3_4b_sft", "--hw", "a3"], "runs no sandbox tool"
+    ),
     "sandbox bench dead URL": Row(
         [f"{BIN}/retool-sandbox", "bench", "--url", "{dead}"], "cannot reach http://", code=EXIT_FAILED
     ),

@@ -2,7 +2,7 @@
 
 What would fail: a command whose ``main`` loses ``@entry_point`` (its expected failures become tracebacks again), a
 module that defines its own ``EXIT_*`` codes again, the sandbox's copy drifting from the kit's (another code or
-line for the same failure), a boundary that swallows a bug, and the sandbox importing the kit.
+line for the same failure), a boundary that swallows a bug, and the sandbox importing the kit (anywhere).
 """
 
 from __future__ import annotations
@@ -130,13 +130,18 @@ def test_exit_codes_are_defined_once() -> None:
 
 
 def test_the_sandbox_stands_alone_and_the_kernels_do_not_import_the_recipes() -> None:
-    """Module-level imports only: ``bench --recipe`` asks the kit lazily, and says so when the kit is absent."""
+    """Every import, module level or inside a function or a ``try`` (issue 22 item 5: ``bench --recipe`` once asked
+    the kit lazily): what the sandbox needs from a recipe comes in as a number (``retool-launch demand``)."""
     wrong = []
     for path in _python_files():
         package = path.relative_to(REPO_ROOT).parts[0]
         forbidden = {"sandbox": ("recipes", "npu_kernels"), "npu_kernels": ("recipes",)}.get(package, ())
-        for node in ast.parse(path.read_text()).body:
+        for node in ast.walk(ast.parse(path.read_text())):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-            wrong += [f"{path.relative_to(REPO_ROOT)} imports {n}" for n in names if n.split(".")[0] in forbidden]
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            wrong += [
+                f"{path.relative_to(REPO_ROOT)}:{node.lineno} imports {n}"
+                for n in names
+                if n.split(".")[0] in forbidden
+            ]
     assert wrong == []

@@ -15,34 +15,13 @@ set (torchrun's rendezvous host), else of the default route (how Ray picks the n
 from __future__ import annotations
 
 import ipaddress
-import re
-from dataclasses import dataclass
 
 from npu_kernels.doctor.probes import Context, Result, info, ok, skip, warn
+from npu_kernels.platform.netprobe import DEFAULT_ROUTE_PEER, parse_ip_addr
 
 #: Variables that take prefixes with ``=`` (exact) and ``^`` (exclude) (NCCL's env docs, NCCL_SOCKET_IFNAME; CANN's
 #: envref_07_0075, HCCL_SOCKET_IFNAME); the others (GLOO_SOCKET_IFNAME, TP_SOCKET_IFNAME) take exact interface names.
 PREFIX_SYNTAX_VARS = ("HCCL_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-#: The peer whose route tells this node's address when MASTER_ADDR is unset (Ray's default: get_node_ip_address).
-DEFAULT_ROUTE_PEER = "8.8.8.8"
-
-_ADDR_LINE = re.compile(r"^\d+:\s+(?P<iface>[^\s@]+)\S*\s+inet\s+(?P<ip>\d+\.\d+\.\d+\.\d+)(?:/\d+)?")
-
-
-@dataclass(frozen=True)
-class InterfaceAddress:
-    interface: str
-    ip: str
-
-
-def parse_ip_addr(text: str) -> list[InterfaceAddress]:
-    """Interfaces and IPv4 addresses from ``ip -o -4 addr show`` (one line per address)."""
-    found = []
-    for line in text.splitlines():
-        match = _ADDR_LINE.match(line.strip())
-        if match:
-            found.append(InterfaceAddress(match["iface"], match["ip"]))
-    return found
 
 
 def selects(variable: str, value: str, interface: str) -> bool:

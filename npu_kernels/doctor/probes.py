@@ -13,8 +13,6 @@ import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
-import socket
-import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -24,6 +22,7 @@ from typing import Any
 from npu_kernels import pins
 from npu_kernels import platform as device
 from npu_kernels.platform import HardwareProfile, Platform
+from npu_kernels.platform.netprobe import route_source, run_ip_addr
 
 KIT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,29 +69,6 @@ def fail(check: str, summary: str, fix: str, **details: Any) -> Result:
 
 def _default_env() -> dict[str, str]:
     return dict(os.environ)
-
-
-def run_ip_addr() -> str | None:
-    """``ip -o -4 addr show``: every IPv4 address with its interface, one line each; None without iproute2."""
-    try:
-        proc = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
-
-
-def route_source(peer: str) -> str | None:
-    """The local address the kernel would use to reach ``peer``: what the other nodes see as this node's address.
-
-    Ray's own choice of the node IP (``node_ip_address_from_perspective`` in ray/_private/services.py): connect a
-    UDP socket, which sends nothing and only picks the route, and read its local end.
-    """
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.connect((peer, 53))
-            return str(sock.getsockname()[0])
-    except OSError:  # no route (an offline node without default route), or a host name that does not resolve
-        return None
 
 
 @dataclass

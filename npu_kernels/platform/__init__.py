@@ -9,6 +9,8 @@
 * :mod:`~npu_kernels.platform.env`: environment entries as data (:class:`EnvVar`);
 * :mod:`~npu_kernels.platform.images`: the ``docker build`` command of a profile's image and what a container
   needs to reach the platform's devices (``docker/build.sh``; stdlib only, it runs on hosts);
+* :mod:`~npu_kernels.platform.netprobe`: this host's interfaces and addresses and the route toward a peer, read
+  the same way by the multi-node launchers and the doctor (stdlib only);
 * ``python -m npu_kernels.platform``: the CLI shell scripts ask for facts (:mod:`~npu_kernels.platform.cli`).
 
 Nothing outside this package branches on a platform or hardware-profile name. Importing it costs no torch.

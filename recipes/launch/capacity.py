@@ -234,12 +234,15 @@ def check(cfg: DictConfig, url: str) -> list[Problem]:
 
 
 def recipe_demand(recipe: str, hw: str, *, shared: bool = False) -> Demand:
-    """A launch recipe's in-flight tool calls per sandbox, composed as the launcher composes it (for the bench)."""
+    """A launch recipe's in-flight tool calls per sandbox, composed as the launcher does (``retool-launch demand``)."""
     from recipes.launch import catalog, compose
     from recipes.retool import TOOL_CONFIG_PATH
 
+    entry = catalog.get(recipe)
+    if entry.phase != "rl":  # an SFT config has no rollout to compose the tool into
+        raise ValueError(f"recipe {recipe} runs no sandbox tool (an {entry.phase.upper()} recipe)")
     overrides = [f"profile={hw}", f"actor_rollout_ref.rollout.multi_turn.tool_config_path={TOOL_CONFIG_PATH}"]
-    cfg = compose.compose(catalog.get(recipe), overrides)
+    cfg = compose.compose(entry, overrides)
     url = "http://sandbox.example:8080/run_code" if shared else "http://127.0.0.1:8080/run_code"
     found = demand(cfg, url)
     if found is None:

@@ -5,13 +5,16 @@
     python -m recipes.launch plan --recipe qwen3_4b_dapo --hw a3 --dry-run [--no-path-check] [-- overrides...]
     python -m recipes.launch plan --recipe qwen3_4b_dapo --hw a3 --argv [-- overrides...]
     python -m recipes.launch list
+    python -m recipes.launch demand --recipe qwen3_4b_dapo [--hw a3] [--layout per-node|shared]
 
 ``run`` is what ``recipes/run_<recipe>_npu.sh`` execs: it picks the profile (``--hw``, else
 :func:`npu_kernels.platform.default_hardware`), applies the profile's environment for the recipe's phase, plans,
 and either prints the dry run or replaces itself with the exact verl command it approved (with ``--max-restarts
 N``: runs it under :mod:`recipes.launch.restart`, which relaunches it resuming when it dies). ``plan --dry-run`` prints
 the table, problems and the command, and exits 0 only when nothing is wrong; ``plan --argv`` prints the command one
-argument per line (the same checks plus this machine's: platform, device count; the table on stderr).
+argument per line (the same checks plus this machine's: platform, device count; the table on stderr). ``demand``
+prints a recipe's tool calls in flight per sandbox, the ``N`` of ``retool-sandbox bench --burst N``: the sandbox
+stands alone and reads no recipe (issue 22 item 5), so the kit hands it the number.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point
 from npu_kernels.platform import PROFILE_NAMES, PROFILES, applied, default_hardware
 from npu_kernels.platform.cli import add_profile_option
 from recipes.launch import catalog, inputs, restart
+from recipes.launch.capacity import recipe_demand
 from recipes.launch.plan import build
 from recipes.launch.report import render
 
@@ -66,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_parity_option(plan)
     plan.add_argument("overrides", nargs="*", help="Hydra overrides for verl (after --)")
     sub.add_parser("list", help="list the recipes and their run scripts")
+    _add_demand_parser(sub)
     # parsed by build_run_parser(): options may follow the overrides, which needs parse_intermixed_args
     sub.add_parser("run", help="what the run scripts exec: environment, plan, then the verl command (or --dry-run)")
     return parser
@@ -110,6 +115,21 @@ def build_run_parser() -> argparse.ArgumentParser:
     return run
 
 
+def _add_demand_parser(sub: argparse._SubParsersAction) -> None:
+    demand = sub.add_parser(
+        "demand",
+        help="print a recipe's tool calls in flight per sandbox (the N of `retool-sandbox bench --burst N`)",
+    )
+    demand.add_argument("--recipe", required=True, help=f"one of {', '.join(catalog.RECIPES)}")
+    add_profile_option(demand, "hardware profile (default: the dry run's, KIT_HW or this machine's)")
+    demand.add_argument(
+        "--layout",
+        choices=("per-node", "shared"),
+        default="per-node",
+        help="one sandbox per node (loopback URL) or one for the whole cluster (default %(default)s)",
+    )
+
+
 def _add_parity_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--parity",
@@ -131,6 +151,24 @@ def _add_scale_option(parser: argparse.ArgumentParser) -> None:
 def _list() -> int:
     for recipe in catalog.RECIPES.values():
         print(f"{recipe.name:<18}{recipe.phase:<4}{recipe.script:<36}{recipe.reference}")
+    return EXIT_OK
+
+
+def _demand(args: argparse.Namespace) -> int:
+    """The number alone on stdout, for ``--burst "$(retool-launch demand ...)"``; the arithmetic on stderr."""
+    try:
+        hw = args.profile or default_hardware(planning=True)
+    except ValueError as exc:  # KIT_HW names no profile
+        raise UsageError(f"KIT_HW: {exc}") from None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # verl and Hydra print while loading
+            need = recipe_demand(args.recipe, hw, shared=args.layout == "shared")
+    except KeyError as exc:  # an unknown recipe: the message lists the known ones
+        raise UsageError(f"--recipe: {exc.args[0]}") from None
+    except ValueError as exc:  # a recipe without the code tool (the SFT ones)
+        raise UsageError(f"--recipe: {exc}", "name an RL recipe (retool-launch list)") from None
+    print(f"{args.recipe} on {hw}: {need.explain()}", file=sys.stderr)
+    print(need.per_sandbox)
     return EXIT_OK
 
 
@@ -182,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(words)
     if args.command == "list":
         return _list()
+    if args.command == "demand":
+        return _demand(args)
     try:
         recipe = catalog.get(args.recipe)
     except KeyError as exc:

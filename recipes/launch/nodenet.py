@@ -8,7 +8,8 @@ host (management NIC, business NIC, docker0) that can be one the other nodes can
 is the platform's fact (``Platform.socket_ifname_vars``).
 
 Machine reads go through :class:`NetProbes` (``ip -o -4 addr show``, the route's source address, ``hostname -I``)
-so tests can describe any host; the readers themselves are the doctor's.
+so tests can describe any host; the readers themselves are :mod:`npu_kernels.platform.netprobe`, which the doctor
+reads the host with too.
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from npu_kernels.doctor.network import DEFAULT_ROUTE_PEER, parse_ip_addr
-from npu_kernels.doctor.probes import route_source, run_ip_addr
 from npu_kernels.platform import Platform
+from npu_kernels.platform.netprobe import DEFAULT_ROUTE_PEER, parse_ip_addr, route_source, run_ip_addr
 
 #: Names the interface instead of detecting it (both launchers; ``ray_cluster.sh --ifname`` wins over it).
 IFNAME_ENV = "KIT_IFNAME"

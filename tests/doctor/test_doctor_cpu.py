@@ -12,11 +12,12 @@ from kit_testing import REPO_ROOT, kit_env
 
 from npu_kernels.doctor.cli import CHECKS, REGISTRY, render_table, run_checks
 from npu_kernels.doctor.host import _dist_backend
-from npu_kernels.doctor.network import parse_ip_addr, selects
+from npu_kernels.doctor.network import selects
 from npu_kernels.doctor.probes import FAIL, INFO, OK, WARN, Options, Probes, Result
 from npu_kernels.doctor.run import sandbox_base
 from npu_kernels.platform import CPU, NPU, PROFILES, HardwareProfile
 from npu_kernels.platform.cpu import CpuPlatform
+from npu_kernels.platform.netprobe import parse_ip_addr
 
 # Variables of the developer's shell that would change what the doctor checks here.
 NO_NPU_ENV = {"KIT_DEVICE": "", "ASCEND_RT_VISIBLE_DEVICES": "", "KIT_HW": "", "RETOOL_SANDBOX_URL": ""}

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from recipes.launch import capacity, plan
+from recipes.launch import cli as launch_cli
 from recipes.launch.capacity import KIT_TOOL, VERL_SANDBOX_TOOL, Capacity, Demand, ToolLimit
 from recipes.launch.catalog import RECIPES
 from recipes.retool import TOOL_CONFIG_PATH
@@ -107,6 +108,22 @@ def test_in_flight_per_sandbox(name, hw, overrides, url, expected) -> None:
     need = capacity.demand(_cfg(name, hw, *overrides), url)
     assert need is not None and need.per_sandbox == expected, need
     assert f"= {expected} tool calls in flight per sandbox" in need.explain()
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--recipe", "qwen3_4b_dapo", "--hw", "a3"], 1024),
+        (["--recipe", "qwen2.5_32b_dapo", "--hw", "a3"], 512),  # per-node: the busiest of 2 sandboxes
+        (["--recipe", "qwen2.5_32b_dapo", "--hw", "a3", "--layout", "shared"], 1024),
+    ],
+)
+def test_launch_demand_prints_the_number_the_sandbox_bench_takes(argv, expected, capsys) -> None:
+    """``retool-sandbox bench --burst "$(retool-launch demand ...)"``: stdout is the number alone (README)."""
+    assert launch_cli.main(["demand", *argv]) == 0
+    out, err = capsys.readouterr()
+    assert out == f"{expected}\n"
+    assert f"= {expected} tool calls in flight per sandbox" in err
 
 
 def test_no_tool_no_demand() -> None:

@@ -83,8 +83,17 @@ def test_cli_help_lists_the_documented_options() -> None:
         [sys.executable, "-m", "sandbox", "bench", "--help"], capture_output=True, text=True, env=env, cwd=REPO_ROOT
     )
     assert bench.returncode == 0 and "--concurrency" in bench.stdout and "--requests" in bench.stdout
-    for option in ("--burst", "--recipe", "--rounds", "--deadline"):
+    for option in ("--burst", "--rounds", "--deadline", "retool-launch"):
         assert option in bench.stdout
+
+
+def test_bench_recipe_says_where_the_recipe_number_comes_from_now() -> None:
+    """The sandbox reads no recipe (issue 22 item 5): ``--recipe`` is one usage line naming the kit's command."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "sandbox", "bench", "--recipe", "qwen3_4b_dapo"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert '--burst "$(retool-launch demand --recipe qwen3_4b_dapo)"' in proc.stderr
 
 
 def test_bench_against_a_server(server) -> None:
@@ -103,3 +112,22 @@ def test_burst_cli_reports_p50_p99_and_exit_status(server) -> None:
     row = next(line for line in proc.stdout.splitlines() if line.startswith("print "))
     assert row.split()[1:6] == ["16", "2", "32", "0", "0"]  # clients, rounds, ok, failed, unavailable
     assert f"{server.health['workers']} workers + {server.health['max_queue']} queue" in proc.stdout
+
+
+def test_every_module_the_worker_loads_by_path_is_mounted_beside_it() -> None:
+    """Inside bubblewrap the worker sees only the files sandbox/isolation.py binds (WORKER_FILES): a sibling it
+    loads by path but nobody mounts is a FileNotFoundError at start-up, under bwrap only."""
+    import ast
+
+    from sandbox import isolation
+
+    mounted = {path.name for path in isolation.WORKER_FILES}
+    loaded = set()
+    for script in isolation.WORKER_FILES:
+        for node in ast.walk(ast.parse(script.read_text())):
+            func = getattr(node, "func", None)
+            if isinstance(node, ast.Call) and getattr(func, "id", "") == "_load_sibling":
+                loaded.add(f"{node.args[0].value}.py")
+    assert {"worker_os.py", "worker_reap.py", "worker_landlock.py"} <= loaded  # the scan found the calls
+    assert loaded <= mounted, f"loaded by path but not mounted: {sorted(loaded - mounted)}"
+    assert all(path.is_file() for path in isolation.WORKER_FILES)
