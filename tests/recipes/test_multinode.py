@@ -365,8 +365,9 @@ def test_the_real_per_node_sandbox_answers_on_loopback(tmp_path: Path) -> None:
         [server] = child_pids(supervisor)
         os.kill(server, signal.SIGKILL)
         deadline = time.monotonic() + 60
+        # waits for the restarted server; the client's retry path is tests/faults/test_sandbox_killed_mid_step.py's
         while (node_sandbox.health(box.health_url) or {}).get("status") != "ok" or child_pids(supervisor) == [server]:
-            assert time.monotonic() < deadline, box.log_file.read_text()  # the retry path: tests/faults/test_sandbox_killed_mid_step.py
+            assert time.monotonic() < deadline, box.log_file.read_text()
             time.sleep(0.1)
         result = client.run("print(6 * 7)")  # the restarted server, on the same port
         client.close()
