@@ -240,7 +240,8 @@ def check_cann(ctx: Context) -> list[Result]:
             warn(
                 "cann.driver",
                 f"no {root}/driver/version.info: the host driver is not mounted (or not installed)",
-                f"start the container with {run_script(ctx.platform)}, which mounts /usr/local/Ascend/driver read-only",
+                f"start the container with {run_script(ctx.platform)}, which mounts {ctx.platform.install_root}/driver "
+                "read-only",
             )
         )
     return results

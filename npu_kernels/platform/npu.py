@@ -24,6 +24,8 @@ from typing import Any
 
 from npu_kernels.platform.base import (
     HYDRA_FULL_ERROR,
+    DeviceAccess,
+    HostMount,
     PinnedPackage,
     Platform,
     count_visible,
@@ -298,6 +300,32 @@ ENV_TABLE: EnvTable = (
 )
 
 
+#: Where Ascend installs CANN, NNAL, the driver and firmware, on hosts and in the vllm-ascend images.
+ASCEND_ROOT = "/usr/local/Ascend"
+
+#: What a container needs to use the NPUs: every /dev/davinciN (counted, not assumed: A2 has 8, A3 16), the
+#: davinci_manager / devmm_svm / hisi_hdc control devices and the host's driver, firmware, DCMI, npu-smi and
+#: ascend_install.info; host networking (HCCL, Ray, the sandbox) and a large /dev/shm (Ray and DataLoader workers; 100g
+#: as before in docker/run_npu.sh).
+DEVICE_ACCESS = DeviceAccess(
+    node_prefix="davinci",
+    no_nodes_hint="not an Ascend host, or the NPU driver is not loaded",
+    control_nodes=("davinci_manager", "devmm_svm", "hisi_hdc"),
+    host_mounts=(
+        HostMount(f"{ASCEND_ROOT}/driver", f"{ASCEND_ROOT}/driver"),
+        HostMount("/usr/local/dcmi", "/usr/local/dcmi"),
+        HostMount("/usr/local/bin/npu-smi", "/usr/local/bin/npu-smi"),
+        HostMount("/etc/ascend_install.info", "/etc/ascend_install.info"),
+    ),
+    optional_mounts=(
+        HostMount(f"{ASCEND_ROOT}/firmware", f"{ASCEND_ROOT}/firmware"),
+        HostMount("/var/log/npu", "/usr/slog", mode=""),
+    ),
+    run_args=("--network=host",),
+    shm_size="100g",
+)
+
+
 class NpuPlatform(Platform):
     name = "npu"
     verl_device = "npu"
@@ -312,7 +340,10 @@ class NpuPlatform(Platform):
     # CANN before anything imports torch_npu (Ray counts NPUs with pyACL; without it it globs /dev/davinci?), ATB for
     # vllm-ascend (libatb.so).
     setup_scripts = ("ascend-toolkit/set_env.sh", "nnal/atb/set_env.sh")
-    setup_root = ("KIT_ASCEND_ROOT", "/usr/local/Ascend")
+    install_root = ASCEND_ROOT
+    install_root_env = "KIT_ASCEND_ROOT"
+    device_access = DEVICE_ACCESS
+    run_script = "docker/run_npu.sh"
     socket_ifname_vars = ("HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
     kernel_backends = ("npu", "reference")
     pinned_stack = (
