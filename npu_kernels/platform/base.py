@@ -38,6 +38,8 @@ RL_TORCH_COMPILE_KEY = "actor_rollout_ref.actor.use_torch_compile"
 RL_RAY_NUM_CPUS_KEY = "ray_kwargs.ray_init.num_cpus"
 RL_ROLLOUT_NAME_KEY = "actor_rollout_ref.rollout.name"
 RL_ENFORCE_EAGER_KEY = "actor_rollout_ref.rollout.enforce_eager"
+# The job-wide environment of an RL run: Ray gives it to every worker on every node (the vLLM engines included).
+RL_JOB_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
 # verl 0.6.1 hard-codes enable_sleep_mode=True in the vLLM server's engine arguments and merges
 # rollout.engine_kwargs.vllm after them (verl/workers/rollout/vllm_rollout/vllm_async_server.py:229, 237); '++': the
 # dict is empty in verl's yaml (verl/trainer/config/rollout/rollout.yaml), add or override.
@@ -288,6 +290,11 @@ class Platform(ABC):
     def env_problems(self, env: Mapping[str, str], phase: str) -> list[str]:
         """Settings in ``env`` known to break a run on this platform (silent or far from their cause)."""
         check_phase(phase)
+        return []
+
+    def rollout_env_problems(self, env: Mapping[str, str], *, enforce_eager: bool) -> list[str]:
+        """Settings in ``env`` (what the rollout's processes get) that break vLLM in the mode the config asks for
+        (``enforce_eager`` False: graphs), each with its one-line fix; the launcher refuses such a plan."""
         return []
 
     def setup_script_paths(self, environ: Mapping[str, str] | None = None) -> list[Path]:

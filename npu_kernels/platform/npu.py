@@ -24,6 +24,8 @@ from typing import Any
 
 from npu_kernels.platform.base import (
     HYDRA_FULL_ERROR,
+    RL_ENFORCE_EAGER_KEY,
+    RL_JOB_ENV_KEY,
     DeviceAccess,
     HostMount,
     PinnedPackage,
@@ -206,7 +208,8 @@ ENV_TABLE: EnvTable = (
             "TASK_QUEUE_ENABLE",
             "2",
             f"kit: level-2 op-dispatch queue ({VA_TUNING}:158-159, {MSRL_ENV}:37); needs eager vLLM ({MSRL_ENV}:36), "
-            "hence rollout.enforce_eager=true; the reference left it unset and ran verl's default graph mode "
+            "hence rollout.enforce_eager=true (the dry run refuses graphs with it: rollout_env_problems); the "
+            "reference left it unset and ran verl's default graph mode "
             f"(verl 0.6.1 verl/trainer/config/rollout/rollout.yaml:38); the A2 doc pairs graphs (enforce_eager=False, "
             f"{DOC_A2}:245) with level 1 ({DOC_A2}:125). Not taken: neither pair has a published timing or result on "
             "this stack, so the kit keeps the one NPU environment all its recipes plan with; the doctor does not "
@@ -406,10 +409,8 @@ class NpuPlatform(Platform):
                 problems.append(
                     "PYTORCH_NPU_ALLOC_CONF enables expandable_segments, which breaks vLLM sleep mode in RL: unset it"
                 )
-        if env.get("TASK_QUEUE_ENABLE") == "2" and env.get("VLLM_ENABLE_GRAPH_MODE") == "1":
-            # The variable itself is read by no vllm-ascend, but whoever sets it means graphs (enforce_eager=False),
-            # and level 2 needs eager (MindSpeed-RL configs/envs/runtime_env.yaml:36). The A2 doc's pair, level 1 with
-            # graphs, passes.
+        if _queue_needs_eager(env) and env.get("VLLM_ENABLE_GRAPH_MODE") == "1":
+            # The variable itself is read by no vllm-ascend, but whoever sets it means graphs (enforce_eager=False).
             problems.append("TASK_QUEUE_ENABLE=2 is incompatible with ACL graph mode (VLLM_ENABLE_GRAPH_MODE=1): use 1")
         if env.get("TORCH_DEVICE_BACKEND_AUTOLOAD") == "0":
             problems.append(
@@ -417,6 +418,23 @@ class NpuPlatform(Platform):
                 "auto-loaded, so it would silently fall back to CPU/CUDA"
             )
         return problems
+
+    def rollout_env_problems(self, env: Mapping[str, str], *, enforce_eager: bool) -> list[str]:
+        """vLLM graphs (``rollout.enforce_eager=False``) under the level-2 task queue the NPU environment sets."""
+        if enforce_eager or not _queue_needs_eager(env):
+            return []
+        return [
+            f"{RL_ENFORCE_EAGER_KEY}=False (vLLM graphs) with TASK_QUEUE_ENABLE=2, which needs eager vLLM "
+            f"({MSRL_ENV}:36): keep {RL_ENFORCE_EAGER_KEY}=True, or give the job TASK_QUEUE_ENABLE=1 (the A2 doc's "
+            f"pair with graphs): '+{RL_JOB_ENV_KEY}.TASK_QUEUE_ENABLE=\"1\"'"
+        ]
+
+
+def _queue_needs_eager(env: Mapping[str, str]) -> bool:
+    """The one rule on TASK_QUEUE_ENABLE and vLLM graphs: level 2 needs eager mode (MindSpeed-RL
+    configs/envs/runtime_env.yaml:36); level 1 with graphs is the A2 doc's pair and passes. The doctor
+    (:meth:`NpuPlatform.env_problems`) and the launcher (:meth:`NpuPlatform.rollout_env_problems`) both ask here."""
+    return env.get("TASK_QUEUE_ENABLE") == "2"
 
 
 def _expandable_segments(value: str | None) -> bool:
