@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the kit's image of one hardware profile: `docker/build.sh --hw a2|a3|cuda [--dry-run] [--help]`.
+# Builds the kit's image of one hardware profile: `docker/build.sh --hw PROFILE [--dry-run] [--help]` (--help lists the
+# profiles with an image and their tags).
 # The profile's Dockerfile, base image, tag and build args (every version from pins.env) are the platform package's
 # data; npu_kernels/platform/images.py composes the docker build command.
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Launch one of the kit's ReTool recipes with verl: the shared body of recipes/run_<recipe>_npu.sh.
-#   bash recipes/run_recipe.sh RECIPE [--hw a2|a3|cuda|cpu] [--dry-run] [--no-path-check] [--max-restarts N] [HYDRA_OVERRIDES...]
+#   bash recipes/run_recipe.sh RECIPE [--hw PROFILE] [--dry-run] [--no-path-check] [--max-restarts N] [HYDRA_OVERRIDES...]
 # This script only sources the platform's setup scripts (CANN, ATB: they must precede any process that loads
 # torch_npu) and hands everything to `python -m recipes.launch run`, which picks the profile, applies its
 # environment for the recipe's phase, composes and checks the config, prints the table and execs the verl command.

@@ -271,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _dtype_for(name: str, platform: kit_platform.Platform) -> torch.dtype:
     if name != "auto":
         return DTYPES[name]
-    if platform.name == "cuda" and not torch.cuda.is_bf16_supported():
+    if not platform.bf16_supported():  # older GPUs (kit_platform.CudaPlatform.bf16_supported)
         return torch.float16
     return torch.bfloat16
 
@@ -284,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ops, notes = kernel_ops.select(platform)
     else:
         ops, notes = kernel_ops.load(args.backend), []
-    on_cpu = platform.name == "cpu"
+    on_cpu = not platform.has_devices  # ranks are processes: shrink the shapes (kit_platform.CpuPlatform)
     reduce = args.reduce or (CPU_FACTOR if on_cpu and not args.full_size else 1)
     seq = args.seq or (CPU_SEQ if reduce > 1 else FULL_SEQ)
     warmup = args.warmup if args.warmup is not None else (1 if on_cpu else 3)

@@ -15,10 +15,11 @@ from pathlib import Path
 
 from npu_kernels import pins
 from npu_kernels import platform as device
-from npu_kernels.cli_errors import UsageError, entry_point, number_arg
+from npu_kernels.cli_errors import entry_point, number_arg
 from npu_kernels.doctor.host import check_cann, check_npu_smi, check_platform
 from npu_kernels.doctor.network import check_network
 from npu_kernels.doctor.probes import (
+    CANN_ROOT,
     FAIL,
     STATUSES,
     WARN,
@@ -204,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     probe = parser.add_argument_group("where to look (defaults read this machine; tests point them at fakes)")
     probe.add_argument("--dev-root", type=Path, default=Path("/dev"), help="device node directory (default /dev)")
-    probe.add_argument("--cann-root", type=Path, default=Path("/usr/local/Ascend"), help="Ascend install root")
+    probe.add_argument("--cann-root", type=Path, default=CANN_ROOT, help="Ascend install root (default %(default)s)")
     probe.add_argument("--npu-smi", help="npu-smi binary (default: found on PATH)")
     probe.add_argument("--patches-dir", type=Path, help="the kit's patch series (default: the kit's patches/)")
     probe.add_argument("--ray-resources-json", type=Path, help="JSON file with this node's Ray resources")
@@ -240,10 +241,7 @@ def main(argv: Sequence[str] | None = None, probes: Probes | None = None) -> int
         if args.ip_addr_file is not None:
             ip_addr_file: Path = args.ip_addr_file
             probes.ip_addr_text = ip_addr_file.read_text
-    try:
-        report = run_checks(opts, probes)
-    except ValueError as exc:  # e.g. KIT_DEVICE=tpu or KIT_HW=a9: one clear line, not a traceback
-        raise UsageError(str(exc)) from None
+    report = run_checks(opts, probes)  # KIT_DEVICE=tpu or KIT_HW=a9 raise the platform's UsageError: one line
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
     else:

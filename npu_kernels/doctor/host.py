@@ -238,7 +238,8 @@ def _cann_driver(ctx: Context, root: Path) -> Result:
     return warn(
         "cann.driver",
         f"no {root}/driver/version.info: the host driver is not mounted (or not installed)",
-        f"start the container with {run_script(ctx.platform)}, which mounts /usr/local/Ascend/driver read-only",
+        f"start the container with {run_script(ctx.platform)}, which mounts {ctx.platform.install_root}/driver "
+        "read-only",
     )
 
 

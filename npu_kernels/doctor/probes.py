@@ -71,13 +71,17 @@ def _default_env() -> dict[str, str]:
     return dict(os.environ)
 
 
+#: Where the CANN checks look by default: the NPU platform's install root (set there; ``or`` only for the type).
+CANN_ROOT = Path(device.NPU.install_root or "/")
+
+
 @dataclass
 class Probes:
     """Where the doctor looks. Defaults read the real machine; tests replace any of them."""
 
     env: Mapping[str, str] = field(default_factory=_default_env)
     dev_root: Path = Path("/dev")
-    cann_root: Path = Path("/usr/local/Ascend")
+    cann_root: Path = CANN_ROOT
     #: npu-smi binary; None = search the PATH of ``env``.
     npu_smi: str | None = None
     patches_dir: Path = field(default_factory=lambda: Path(os.environ.get("KIT_PATCH_DIR", KIT_ROOT / "patches")))
@@ -177,8 +181,8 @@ def has_host_stack(platform: Platform) -> bool:
 
 
 def run_script(platform: Platform) -> str:
-    """The kit's ``docker run`` wrapper for a platform's image (docker/run_<platform>.sh)."""
-    return f"docker/run_{platform.name}.sh"
+    """The kit's ``docker run`` wrapper for a platform's image (the platform's fact), for fix lines."""
+    return platform.run_script or "the kit image"
 
 
 def image_phrase(profile: HardwareProfile) -> str:

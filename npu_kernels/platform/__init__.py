@@ -1,14 +1,17 @@
 """Platforms: the one place that knows npu / cuda / cpu differences (platforms, hardware profiles, environments).
 
 * :mod:`~npu_kernels.platform.base`: the :class:`Platform` interface (verl device, torch module, dist backend,
-  visible-devices variable, Ray resource and start args, attention, compute dtype, setup scripts, socket-interface
-  variables, kernel backends, pinned stack, environment per phase);
+  visible-devices variable, Ray resource and start args, attention, compute dtype, install root and setup scripts,
+  what a container needs to reach the devices and the image's run script, socket-interface variables, kernel
+  backends, pinned stack, environment per phase);
 * :mod:`~npu_kernels.platform.npu`, :mod:`~.cuda`, :mod:`~.cpu`: one subclass each;
-* :mod:`~npu_kernels.platform.profiles`: :class:`HardwareProfile` (a2, a3, cuda, cpu), the registries,
-  :func:`detect` / :func:`current_platform` and :func:`default_hardware`, the one default every entry point uses;
+* :mod:`~npu_kernels.platform.profiles`: :class:`HardwareProfile`, the registries (:data:`PROFILES`, the only list
+  of hardware names: CLI choices, help and docs are generated from it or checked against it by
+  tests/test_profile_names.py), :func:`detect` / :func:`current_platform` and :func:`default_hardware` /
+  :func:`default_profile_on`, the one default every entry point uses;
 * :mod:`~npu_kernels.platform.env`: environment entries as data (:class:`EnvVar`);
-* :mod:`~npu_kernels.platform.images`: the ``docker build`` command of a profile's image and what a container
-  needs to reach the platform's devices (``docker/build.sh``; stdlib only, it runs on hosts);
+* :mod:`~npu_kernels.platform.images`: the ``docker build`` command of a profile's image and the ``docker run``
+  arguments of a platform's :class:`DeviceAccess` (``docker/build.sh``; stdlib only, it runs on hosts);
 * :mod:`~npu_kernels.platform.netprobe`: this host's interfaces and addresses and the route toward a peer, read
   the same way by the multi-node launchers and the doctor (stdlib only);
 * ``python -m npu_kernels.platform``: the CLI shell scripts ask for facts (:mod:`~npu_kernels.platform.cli`).
@@ -19,6 +22,8 @@ Nothing outside this package branches on a platform or hardware-profile name. Im
 from npu_kernels.platform.base import (
     VERL_DEFAULT_ATTN,
     VERL_DEFAULT_DTYPE,
+    DeviceAccess,
+    HostMount,
     PinnedPackage,
     Platform,
     RolloutEngine,
@@ -39,10 +44,14 @@ from npu_kernels.platform.profiles import (
     REFERENCE_PROFILE,
     HardwareProfile,
     Image,
+    UnknownHardwareError,
     current_platform,
     default_hardware,
+    default_profile_on,
     detect,
     get_profile,
+    kit_hw,
+    machine_profile,
     profile_of,
 )
 
@@ -60,21 +69,27 @@ __all__ = [
     "TCMALLOC_SWITCH",
     "VERL_DEFAULT_ATTN",
     "VERL_DEFAULT_DTYPE",
+    "DeviceAccess",
     "EnvVar",
     "HardwareProfile",
+    "HostMount",
     "Image",
     "PinnedPackage",
     "Platform",
     "RolloutEngine",
+    "UnknownHardwareError",
     "applied",
     "count_davinci",
     "current_platform",
     "default_hardware",
+    "default_profile_on",
     "detect",
     "dtype_overrides",
     "find_tcmalloc",
     "get_profile",
     "import_torch_npu",
+    "kit_hw",
+    "machine_profile",
     "profile_of",
     "render_shell",
 ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ RL_TORCH_COMPILE_KEY = "actor_rollout_ref.actor.use_torch_compile"
 RL_RAY_NUM_CPUS_KEY = "ray_kwargs.ray_init.num_cpus"
 RL_ROLLOUT_NAME_KEY = "actor_rollout_ref.rollout.name"
 RL_ENFORCE_EAGER_KEY = "actor_rollout_ref.rollout.enforce_eager"
+# The job-wide environment of an RL run: Ray gives it to every worker on every node (the vLLM engines included).
+RL_JOB_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
 # verl 0.6.1 hard-codes enable_sleep_mode=True in the vLLM server's engine arguments and merges
 # rollout.engine_kwargs.vllm after them (verl/workers/rollout/vllm_rollout/vllm_async_server.py:229, 237); '++': the
 # dict is empty in verl's yaml (verl/trainer/config/rollout/rollout.yaml), add or override.
@@ -111,6 +114,44 @@ class PinnedPackage:
     source: str
 
 
+@dataclass(frozen=True)
+class HostMount:
+    """A host path the container needs at the same place (read-only unless ``mode`` says otherwise)."""
+
+    source: str
+    target: str
+    mode: str = "ro"
+
+    def volume(self) -> str:
+        return f"{self.source}:{self.target}" + (f":{self.mode}" if self.mode else "")
+
+
+@dataclass(frozen=True)
+class DeviceAccess:
+    """What ``docker run`` needs for a container to use a platform's devices; data, so no script branches on it
+    (composed into a command by :mod:`npu_kernels.platform.images`)."""
+
+    #: Device nodes passed one by one, ``<prefix>N`` under the dev root, counted (None: the runtime passes them).
+    node_prefix: str | None = None
+    #: Why there may be none: the hint of the error on a host without them.
+    no_nodes_hint: str = ""
+    #: Control nodes every container of the platform needs besides the device nodes.
+    control_nodes: tuple[str, ...] = ()
+    #: Host paths that must exist (the driver lives on the host, never in the image).
+    host_mounts: tuple[HostMount, ...] = ()
+    #: Host paths mounted when present.
+    optional_mounts: tuple[HostMount, ...] = ()
+    #: ``docker run --gpus`` default (the NVIDIA runtime passes the devices); None: no --gpus option.
+    gpus: str | None = None
+    #: Fixed ``docker run`` arguments.
+    run_args: tuple[str, ...] = ()
+    #: ``--shm-size`` default (None: none, e.g. with --ipc=host the host's /dev/shm is used).
+    shm_size: str | None = None
+
+    def node_pattern(self) -> re.Pattern[str] | None:
+        return re.compile(rf"^{re.escape(self.node_prefix)}(\d+)$") if self.node_prefix else None
+
+
 class Platform(ABC):
     """One device kind. Subclasses set the values and implement the probes; nothing else in the kit branches on
     a platform's name."""
@@ -131,10 +172,20 @@ class Platform(ABC):
     ray_num_cpus: ClassVar[int | None] = None
     #: Compute dtype of every trainer and rollout role.
     compute_dtype: ClassVar[str] = VERL_DEFAULT_DTYPE
-    #: Shell scripts to source before any process starts (CANN, ATB), relative to :attr:`setup_root`.
+    #: Whether the platform has devices of its own (False: CPU, where ranks are processes). Decides what needs
+    #: devices to go by: the planning default profile (profiles.default_hardware), benchmark sizes.
+    has_devices: ClassVar[bool] = True
+    #: Where the device stack lives on hosts and in images (Ascend: CANN, NNAL, driver, firmware), or None. The one
+    #: spelling of that path: setup scripts, the image's driver mounts and the doctor's CANN checks read it here.
+    install_root: ClassVar[str | None] = None
+    #: The variable that moves :attr:`install_root` for the setup scripts (a CANN installed elsewhere), or None.
+    install_root_env: ClassVar[str | None] = None
+    #: Shell scripts to source before any process starts (CANN, ATB), relative to :attr:`install_root`.
     setup_scripts: ClassVar[tuple[str, ...]] = ()
-    #: Install root of those scripts: (variable that moves it, default).
-    setup_root: ClassVar[tuple[str, str] | None] = None
+    #: What ``docker run`` needs to reach the devices (images.py composes it); None: the platform has no image.
+    device_access: ClassVar[DeviceAccess | None] = None
+    #: The kit's ``docker run`` wrapper of the platform's image (docker/run_<platform>.sh), or None.
+    run_script: ClassVar[str | None] = None
     #: Variables naming the network interface collectives bootstrap on (multi-node; set to the node's NIC).
     socket_ifname_vars: ClassVar[tuple[str, ...]] = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
     #: Fused-kernel backends worth trying, best first; the last always loads (npu_kernels.ops).
@@ -173,6 +224,11 @@ class Platform(ABC):
     def status_note(self) -> str:
         """One line on what the device stack says about itself, for reports (doctor, detect)."""
         return ""
+
+    def bf16_supported(self) -> bool:
+        """Whether the devices compute in bf16 (the kit's default dtype); a platform whose older devices lack it
+        says so (scripts/bench_kernels.py falls back to fp16 there)."""
+        return True
 
     def rollout_engine(self) -> RolloutEngine:
         """The RL rollout engine: by default the recipes' (vLLM, from the platform's image), as installed here."""
@@ -236,13 +292,18 @@ class Platform(ABC):
         check_phase(phase)
         return []
 
+    def rollout_env_problems(self, env: Mapping[str, str], *, enforce_eager: bool) -> list[str]:
+        """Settings in ``env`` (what the rollout's processes get) that break vLLM in the mode the config asks for
+        (``enforce_eager`` False: graphs), each with its one-line fix; the launcher refuses such a plan."""
+        return []
+
     def setup_script_paths(self, environ: Mapping[str, str] | None = None) -> list[Path]:
         """Absolute paths of :attr:`setup_scripts` under the (possibly moved) install root."""
-        if self.setup_root is None:
+        if self.install_root is None:
             return []
         environ = os.environ if environ is None else environ
-        variable, default = self.setup_root
-        root = Path(environ.get(variable, "").strip() or default)
+        moved = environ.get(self.install_root_env, "").strip() if self.install_root_env else ""
+        root = Path(moved or self.install_root)
         return [root / script for script in self.setup_scripts]
 
     # -- Ray

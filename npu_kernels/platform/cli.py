@@ -4,14 +4,15 @@ Shell scripts ask here instead of keeping a table of their own: the environment 
 (CANN, ATB) present on this machine, a profile's facts (devices per node, image), the images' pip constraints.
 
     python -m npu_kernels.platform [detect] [--json]
-    python -m npu_kernels.platform env --phase sft|rl [--hw a2|a3|cuda|cpu]
-    python -m npu_kernels.platform overrides --phase sft|rl [--hw ...]
-    python -m npu_kernels.platform setup-scripts [--hw ...] [--required]
-    python -m npu_kernels.platform facts --hw ... [--json]
-    python -m npu_kernels.platform constraints --hw a2|a3|cuda
+    python -m npu_kernels.platform env --phase sft|rl [--hw PROFILE]
+    python -m npu_kernels.platform overrides --phase sft|rl [--hw PROFILE]
+    python -m npu_kernels.platform setup-scripts [--hw PROFILE] [--required]
+    python -m npu_kernels.platform facts --hw PROFILE [--json]
+    python -m npu_kernels.platform constraints --hw PROFILE   (a profile with an image)
     python -m npu_kernels.platform default-hardware
 
-``--profile`` is the same option as ``--hw`` (the hardware profile); ``--hw`` is kept because users type it.
+``--profile`` is the same option as ``--hw`` (the hardware profile); ``--hw`` is kept because users type it. The
+profile names, here and in every CLI's choices and help, come from :data:`~npu_kernels.platform.profiles.PROFILES`.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from npu_kernels import pins
-from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, entry_point, fail
+from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, entry_point, fail
 from npu_kernels.platform.env import PHASES, render_shell
 from npu_kernels.platform.npu import import_torch_npu
 from npu_kernels.platform.profiles import (
     PLATFORM_OVERRIDE_ENV,
     PLATFORMS,
+    PROFILE_ENV,
     PROFILE_NAMES,
     PROFILES,
     HardwareProfile,
@@ -45,6 +47,18 @@ PROG = "python -m npu_kernels.platform"
 def add_profile_option(parser: argparse.ArgumentParser, help_text: str, **kwargs: Any) -> None:
     """``--profile`` / ``--hw``: the one spelling of the hardware-profile option across the kit's CLIs."""
     parser.add_argument("--profile", "--hw", dest="profile", choices=PROFILE_NAMES, help=help_text, **kwargs)
+
+
+def profile_shape(profile: HardwareProfile) -> str:
+    """A profile's node in a few words, from its data: ``8 x 64 GB npu``; the CPU profile's ranks are processes."""
+    if not profile.devices_per_node:
+        return "worker processes"
+    return f"{profile.devices_per_node} x {profile.memory_gb_per_device} GB {profile.platform.name}"
+
+
+def profiles_help() -> str:
+    """Every profile with its node shape, for help texts (``a2 (8 x 64 GB npu), ...``), from :data:`PROFILES`."""
+    return ", ".join(f"{p.name} ({profile_shape(p)})" for p in PROFILES.values())
 
 
 def _format_value(value: Any) -> str:
@@ -98,7 +112,7 @@ def _cmd_setup_scripts(args: argparse.Namespace) -> int:
             else:
                 missing.append(script)
     if args.required and missing:
-        variable = next(p.setup_root[0] for p in platforms if p.setup_root)
+        variable = next(p.install_root_env for p in platforms if p.install_root_env)
         for script in missing:
             fail(PROG, f"{script} not found", f"set {variable} if it is installed elsewhere")
         return EXIT_FAILED
@@ -179,8 +193,9 @@ def _cmd_default_hardware(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="The platform (npu/cuda/cpu) and hardware profiles (a2/a3/cuda/cpu) as the kit knows them. "
-        f"Set {PLATFORM_OVERRIDE_ENV}=npu|cuda|cpu to force a platform, KIT_HW to pick the default profile.",
+        description=f"The platform ({'/'.join(PLATFORMS)}) and hardware profiles ({'/'.join(PROFILES)}) as the kit "
+        f"knows them. Set {PLATFORM_OVERRIDE_ENV}={'|'.join(PLATFORMS)} to force a platform, {PROFILE_ENV} to pick "
+        "the default profile.",
     )
     parser.add_argument("--json", action="store_true", help="detect: print the properties as JSON")
     parser.add_argument("--dev-root", default="/dev", help="where to count davinci device nodes (default /dev)")
@@ -235,7 +250,4 @@ HANDLERS = {
 @entry_point(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return HANDLERS[args.command](args)
-    except ValueError as exc:  # e.g. a bad KIT_DEVICE or KIT_HW: one clear line, not a traceback
-        raise UsageError(str(exc)) from None
+    return HANDLERS[args.command](args)  # a bad KIT_DEVICE or KIT_HW raises profiles.UnknownHardwareError

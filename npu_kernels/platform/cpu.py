@@ -111,6 +111,9 @@ class CpuPlatform(Platform):
     fsdp_strategy = "fsdp2"
     ray_num_cpus = CPU_RAY_NUM_CPUS
     compute_dtype = "fp32"
+    # Ranks are processes, not devices: planning from a CPU machine plans the reference profile, and benchmarks
+    # shrink their shapes (scripts/bench_kernels.py).
+    has_devices = False
     pinned_stack = (PinnedPackage("torch", "CPU_TORCH_VERSION", "venv"),)
     env_table = ENV_TABLE
     # "Sleep mode is not supported on current platform" (vllm/config/model.py:433-435); on CPU verl's sleep/wake_up

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from npu_kernels.platform.base import HYDRA_FULL_ERROR, PinnedPackage, Platform
+from npu_kernels.platform.base import HYDRA_FULL_ERROR, DeviceAccess, PinnedPackage, Platform
 from npu_kernels.platform.env import BOTH, RL, SFT, EnvTable, EnvVar, check_phase
 from npu_kernels.platform.npu import FUSED_KERNELS
 
@@ -70,6 +70,9 @@ class CudaPlatform(Platform):
     # torch comes with the vLLM image (pins.env pins no CUDA torch); vLLM is pinned.
     pinned_stack = (PinnedPackage("torch", None, "image"), PinnedPackage("vllm", "VLLM_VERSION", "image"))
     env_table = ENV_TABLE
+    # The NVIDIA runtime's --gpus, host networking and host IPC (vLLM and NCCL share memory across processes).
+    device_access = DeviceAccess(gpus="all", run_args=("--network=host", "--ipc=host"))
+    run_script = "docker/run_cuda.sh"
 
     def is_available(self) -> bool:
         import torch
@@ -80,6 +83,12 @@ class CudaPlatform(Platform):
         import torch
 
         return torch.cuda.device_count()
+
+    def bf16_supported(self) -> bool:
+        """Pre-Ampere GPUs (V100, T4) have no bf16."""
+        import torch
+
+        return bool(torch.cuda.is_bf16_supported())
 
     def status_note(self) -> str:
         return f"{self.device_count()} CUDA devices"

@@ -4,37 +4,27 @@ platform's devices.
 docker/build.sh and docker/run_*.sh exec this module (``run`` through :mod:`recipes.launch.containers`, which adds
 the recipes' data roots), so the shells hold no hardware table: the Dockerfile, base image, build args and tag are
 the profile's :class:`~npu_kernels.platform.profiles.Image`, the devices per node are the profile's, and what a
-container needs to see a platform's devices is :data:`ACCESS`. It runs on the host, where only a system python3 is
+container needs to see a platform's devices is the platform's
+:attr:`~npu_kernels.platform.base.Platform.device_access`. It runs on the host, where only a system python3 is
 guaranteed: stdlib only.
 
-    python -m npu_kernels.platform.images build --hw a2|a3|cuda|... [--tag T] [--dry-run] [-- DOCKER_BUILD_ARGS]
+    python -m npu_kernels.platform.images build --hw PROFILE [--tag T] [--dry-run] [-- DOCKER_BUILD_ARGS]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import shutil
 import sys
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from npu_kernels.cli_errors import EXIT_USAGE, UsageError, entry_point, error_line, fail
-from npu_kernels.platform.base import Platform
-from npu_kernels.platform.profiles import (
-    CUDA,
-    NPU,
-    PROFILE_ENV,
-    PROFILES,
-    REFERENCE_PROFILE,
-    HardwareProfile,
-    get_profile,
-    profile_of,
-)
+from npu_kernels.platform.base import DeviceAccess, Platform
+from npu_kernels.platform.profiles import PROFILES, HardwareProfile, default_profile_on, get_profile
 
 #: The repository root: the build context, and where the Dockerfiles are.
 KIT_ROOT = Path(__file__).resolve().parents[2]
@@ -203,69 +193,6 @@ def require_docker() -> str:
 
 
 # ---------------------------------------------------------------------------------------------- devices in a run
-@dataclass(frozen=True)
-class HostMount:
-    """A host path the container needs at the same place (read-only unless ``mode`` says otherwise)."""
-
-    source: str
-    target: str
-    mode: str = "ro"
-
-    def volume(self) -> str:
-        return f"{self.source}:{self.target}" + (f":{self.mode}" if self.mode else "")
-
-
-@dataclass(frozen=True)
-class DeviceAccess:
-    """What ``docker run`` needs for a container to use a platform's devices; data, so no script branches on it."""
-
-    #: Device nodes passed one by one, ``<prefix>N`` under the dev root, counted (None: the runtime passes them).
-    node_prefix: str | None = None
-    #: Why there may be none: the hint of the error on a host without them.
-    no_nodes_hint: str = ""
-    #: Control nodes every container of the platform needs besides the device nodes.
-    control_nodes: tuple[str, ...] = ()
-    #: Host paths that must exist (the driver lives on the host, never in the image).
-    host_mounts: tuple[HostMount, ...] = ()
-    #: Host paths mounted when present.
-    optional_mounts: tuple[HostMount, ...] = ()
-    #: ``docker run --gpus`` default (the NVIDIA runtime passes the devices); None: no --gpus option.
-    gpus: str | None = None
-    #: Fixed ``docker run`` arguments.
-    run_args: tuple[str, ...] = ()
-    #: ``--shm-size`` default (None: none, e.g. with --ipc=host the host's /dev/shm is used).
-    shm_size: str | None = None
-
-    def node_pattern(self) -> re.Pattern[str] | None:
-        return re.compile(rf"^{re.escape(self.node_prefix)}(\d+)$") if self.node_prefix else None
-
-
-#: Per platform. NPU: every /dev/davinciN (counted, not assumed: A2 has 8, A3 16), the davinci_manager / devmm_svm /
-#: hisi_hdc control devices and the host's driver, firmware, DCMI, npu-smi and ascend_install.info; host networking
-#: (HCCL, Ray, the sandbox) and a large /dev/shm (Ray and DataLoader workers; 100g as before in docker/run_npu.sh).
-#: CUDA: the NVIDIA runtime's --gpus, host networking and host IPC (vLLM and NCCL share memory across processes).
-ACCESS: dict[str, DeviceAccess] = {
-    NPU.name: DeviceAccess(
-        node_prefix="davinci",
-        no_nodes_hint="not an Ascend host, or the NPU driver is not loaded",
-        control_nodes=("davinci_manager", "devmm_svm", "hisi_hdc"),
-        host_mounts=(
-            HostMount("/usr/local/Ascend/driver", "/usr/local/Ascend/driver"),
-            HostMount("/usr/local/dcmi", "/usr/local/dcmi"),
-            HostMount("/usr/local/bin/npu-smi", "/usr/local/bin/npu-smi"),
-            HostMount("/etc/ascend_install.info", "/etc/ascend_install.info"),
-        ),
-        optional_mounts=(
-            HostMount("/usr/local/Ascend/firmware", "/usr/local/Ascend/firmware"),
-            HostMount("/var/log/npu", "/usr/slog", mode=""),
-        ),
-        run_args=("--network=host",),
-        shm_size="100g",
-    ),
-    CUDA.name: DeviceAccess(gpus="all", run_args=("--network=host", "--ipc=host")),
-}
-
-
 def device_nodes(access: DeviceAccess, dev_root: str | os.PathLike[str]) -> list[str]:
     """The platform's device nodes under ``dev_root``, in numeric order (davinci10 after davinci9; a glob like
     ``davinci?`` would stop at davinci9, Ray's old A3 undercount)."""
@@ -287,27 +214,19 @@ def choose_profile(
     dev_root: str | os.PathLike[str],
     nodes_present: bool,
 ) -> HardwareProfile:
-    """``--hw``, else ``KIT_HW`` (it must name a profile of this platform), else this host's profile
-    (:func:`~npu_kernels.platform.profiles.profile_of`), else, with no device nodes to go by (a login node planning
-    a run), the reference profile when it is of this platform."""
-    candidates = image_profiles(platform)
-    names = ", ".join(p.name for p in candidates)
+    """``--hw``, else the kit's one default rule bound to this platform's images
+    (:func:`~npu_kernels.platform.profiles.default_profile_on`): ``KIT_HW`` (it must name one of them), else this
+    host's profile, else, with no device nodes to go by (a login node planning a run), the reference profile."""
     if hw:
         return get_profile(hw)
-    chosen = environ.get(PROFILE_ENV, "").strip()
-    if chosen:
-        profile = get_profile(chosen)
-        if profile not in candidates:
-            raise ScriptError(
-                f"{PROFILE_ENV}={chosen} is a {profile.platform.name} profile; this script runs {platform.name} "
-                f"images ({names}): pass --hw or unset {PROFILE_ENV}"
-            )
-        return profile
-    if ACCESS[platform.name].node_prefix and not nodes_present:
-        reference = PROFILES[REFERENCE_PROFILE]
-        return reference if reference in candidates else candidates[0]
-    name = profile_of(platform, dev_root)
-    return PROFILES[name] if PROFILES[name] in candidates else candidates[0]
+    return default_profile_on(
+        platform,
+        environ,
+        dev_root,
+        choices=image_profiles(platform),
+        devices_here=nodes_present,
+        refuse_other=f"this script runs {platform.name} images",
+    )
 
 
 def _device_arg(name: str, dev_root: str) -> str:
@@ -387,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return main_build(argv, prog)
     except ScriptError as exc:
         return fail(short_name(prog), exc.what, exc.fix, exc.exit_code)
-    except ValueError as exc:  # a bad KIT_HW or pins.env, one clear line
+    except ValueError as exc:  # a damaged pins.env, one clear line
         return fail(short_name(prog), str(exc), code=EXIT_USAGE)
 
 

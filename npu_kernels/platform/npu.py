@@ -24,6 +24,10 @@ from typing import Any
 
 from npu_kernels.platform.base import (
     HYDRA_FULL_ERROR,
+    RL_ENFORCE_EAGER_KEY,
+    RL_JOB_ENV_KEY,
+    DeviceAccess,
+    HostMount,
     PinnedPackage,
     Platform,
     count_visible,
@@ -204,7 +208,8 @@ ENV_TABLE: EnvTable = (
             "TASK_QUEUE_ENABLE",
             "2",
             f"kit: level-2 op-dispatch queue ({VA_TUNING}:158-159, {MSRL_ENV}:37); needs eager vLLM ({MSRL_ENV}:36), "
-            "hence rollout.enforce_eager=true; the reference left it unset and ran verl's default graph mode "
+            "hence rollout.enforce_eager=true (the dry run refuses graphs with it: rollout_env_problems); the "
+            "reference left it unset and ran verl's default graph mode "
             f"(verl 0.6.1 verl/trainer/config/rollout/rollout.yaml:38); the A2 doc pairs graphs (enforce_eager=False, "
             f"{DOC_A2}:245) with level 1 ({DOC_A2}:125). Not taken: neither pair has a published timing or result on "
             "this stack, so the kit keeps the one NPU environment all its recipes plan with; the doctor does not "
@@ -298,6 +303,32 @@ ENV_TABLE: EnvTable = (
 )
 
 
+#: Where Ascend installs CANN, NNAL, the driver and firmware, on hosts and in the vllm-ascend images.
+ASCEND_ROOT = "/usr/local/Ascend"
+
+#: What a container needs to use the NPUs: every /dev/davinciN (counted, not assumed: A2 has 8, A3 16), the
+#: davinci_manager / devmm_svm / hisi_hdc control devices and the host's driver, firmware, DCMI, npu-smi and
+#: ascend_install.info; host networking (HCCL, Ray, the sandbox) and a large /dev/shm (Ray and DataLoader workers; 100g
+#: as before in docker/run_npu.sh).
+DEVICE_ACCESS = DeviceAccess(
+    node_prefix="davinci",
+    no_nodes_hint="not an Ascend host, or the NPU driver is not loaded",
+    control_nodes=("davinci_manager", "devmm_svm", "hisi_hdc"),
+    host_mounts=(
+        HostMount(f"{ASCEND_ROOT}/driver", f"{ASCEND_ROOT}/driver"),
+        HostMount("/usr/local/dcmi", "/usr/local/dcmi"),
+        HostMount("/usr/local/bin/npu-smi", "/usr/local/bin/npu-smi"),
+        HostMount("/etc/ascend_install.info", "/etc/ascend_install.info"),
+    ),
+    optional_mounts=(
+        HostMount(f"{ASCEND_ROOT}/firmware", f"{ASCEND_ROOT}/firmware"),
+        HostMount("/var/log/npu", "/usr/slog", mode=""),
+    ),
+    run_args=("--network=host",),
+    shm_size="100g",
+)
+
+
 class NpuPlatform(Platform):
     name = "npu"
     verl_device = "npu"
@@ -312,7 +343,10 @@ class NpuPlatform(Platform):
     # CANN before anything imports torch_npu (Ray counts NPUs with pyACL; without it it globs /dev/davinci?), ATB for
     # vllm-ascend (libatb.so).
     setup_scripts = ("ascend-toolkit/set_env.sh", "nnal/atb/set_env.sh")
-    setup_root = ("KIT_ASCEND_ROOT", "/usr/local/Ascend")
+    install_root = ASCEND_ROOT
+    install_root_env = "KIT_ASCEND_ROOT"
+    device_access = DEVICE_ACCESS
+    run_script = "docker/run_npu.sh"
     socket_ifname_vars = ("HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
     kernel_backends = ("npu", "reference")
     pinned_stack = (
@@ -375,10 +409,8 @@ class NpuPlatform(Platform):
                 problems.append(
                     "PYTORCH_NPU_ALLOC_CONF enables expandable_segments, which breaks vLLM sleep mode in RL: unset it"
                 )
-        if env.get("TASK_QUEUE_ENABLE") == "2" and env.get("VLLM_ENABLE_GRAPH_MODE") == "1":
-            # The variable itself is read by no vllm-ascend, but whoever sets it means graphs (enforce_eager=False),
-            # and level 2 needs eager (MindSpeed-RL configs/envs/runtime_env.yaml:36). The A2 doc's pair, level 1 with
-            # graphs, passes.
+        if _queue_needs_eager(env) and env.get("VLLM_ENABLE_GRAPH_MODE") == "1":
+            # The variable itself is read by no vllm-ascend, but whoever sets it means graphs (enforce_eager=False).
             problems.append("TASK_QUEUE_ENABLE=2 is incompatible with ACL graph mode (VLLM_ENABLE_GRAPH_MODE=1): use 1")
         if env.get("TORCH_DEVICE_BACKEND_AUTOLOAD") == "0":
             problems.append(
@@ -386,6 +418,23 @@ class NpuPlatform(Platform):
                 "auto-loaded, so it would silently fall back to CPU/CUDA"
             )
         return problems
+
+    def rollout_env_problems(self, env: Mapping[str, str], *, enforce_eager: bool) -> list[str]:
+        """vLLM graphs (``rollout.enforce_eager=False``) under the level-2 task queue the NPU environment sets."""
+        if enforce_eager or not _queue_needs_eager(env):
+            return []
+        return [
+            f"{RL_ENFORCE_EAGER_KEY}=False (vLLM graphs) with TASK_QUEUE_ENABLE=2, which needs eager vLLM "
+            f"({MSRL_ENV}:36): keep {RL_ENFORCE_EAGER_KEY}=True, or give the job TASK_QUEUE_ENABLE=1 (the A2 doc's "
+            f"pair with graphs): '+{RL_JOB_ENV_KEY}.TASK_QUEUE_ENABLE=\"1\"'"
+        ]
+
+
+def _queue_needs_eager(env: Mapping[str, str]) -> bool:
+    """The one rule on TASK_QUEUE_ENABLE and vLLM graphs: level 2 needs eager mode (MindSpeed-RL
+    configs/envs/runtime_env.yaml:36); level 1 with graphs is the A2 doc's pair and passes. The doctor
+    (:meth:`NpuPlatform.env_problems`) and the launcher (:meth:`NpuPlatform.rollout_env_problems`) both ask here."""
+    return env.get("TASK_QUEUE_ENABLE") == "2"
 
 
 def _expandable_segments(value: str | None) -> bool:

@@ -1,6 +1,6 @@
-"""Hardware profiles (a2, a3, cuda, cpu): a platform plus the node's shape, memory per device and image.
+"""Hardware profiles (:data:`PROFILES`): a platform plus the node's shape, memory per device and image.
 
-Two ideas, named once: the *platform* is what the code runs on (npu, cuda, cpu: :mod:`npu_kernels.platform.base`);
+Two ideas, named once: the *platform* is what the code runs on (:data:`PLATFORMS`, :mod:`npu_kernels.platform.base`);
 a *hardware profile* is a platform plus node shape and recipe scaling (the recipes' ``scaling/<recipe>/<profile>.yaml``
 and the launcher's ``--profile``/``--hw``). A2 and A3 are one platform, two profiles.
 """
@@ -14,16 +14,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from npu_kernels import pins
+from npu_kernels.cli_errors import UsageError
 from npu_kernels.platform.base import Platform
 from npu_kernels.platform.cpu import CpuPlatform
 from npu_kernels.platform.cuda import CudaPlatform
 from npu_kernels.platform.env import EnvVar
 from npu_kernels.platform.npu import NpuPlatform, count_davinci, soc_name
 
-#: Forces a platform (npu|cuda|cpu), e.g. to dry-run NPU launch commands on a laptop, or to keep a GPU box on CPU.
+#: Forces a platform (a name in :data:`PLATFORMS`), e.g. to dry-run NPU launch commands on a laptop, or to keep a
+#: GPU box on CPU.
 PLATFORM_OVERRIDE_ENV = "KIT_DEVICE"
 #: The hardware profile every entry point uses when none is given on its command line.
 PROFILE_ENV = "KIT_HW"
+
+
+class UnknownHardwareError(UsageError, ValueError):
+    """A profile or platform name (``--hw``, ``KIT_HW``, ``KIT_DEVICE``) the kit does not know.
+
+    A :class:`~npu_kernels.cli_errors.UsageError`, so every entry point's boundary prints it as one line, exit 2,
+    with no conversion at the call site; still a ``ValueError`` for library callers that catch that.
+    """
+
 
 NPU = NpuPlatform()
 CUDA = CudaPlatform()
@@ -127,7 +138,7 @@ PROFILE_NAMES: tuple[str, ...] = tuple(PROFILES)
 def get_profile(name: str) -> HardwareProfile:
     """A profile by name, with an error that lists the choices."""
     if name not in PROFILES:
-        raise ValueError(f"unknown hardware profile {name!r}; choose one of {', '.join(PROFILES)}")
+        raise UnknownHardwareError(f"unknown hardware profile {name!r}; choose one of {', '.join(PROFILES)}")
     return PROFILES[name]
 
 
@@ -141,7 +152,7 @@ def detect(environ: Mapping[str, str] | None = None) -> Platform:
     forced = environ.get(PLATFORM_OVERRIDE_ENV, "").strip().lower()
     if forced:
         if forced not in PLATFORMS:
-            raise ValueError(
+            raise UnknownHardwareError(
                 f"{PLATFORM_OVERRIDE_ENV}={environ[PLATFORM_OVERRIDE_ENV]!r} is not a platform; "
                 f"allowed: {', '.join(PLATFORMS)}"
             )
@@ -186,6 +197,25 @@ def profile_of(platform: Platform, dev_root: str | os.PathLike[str] = "/dev") ->
 REFERENCE_PROFILE = "a3"
 
 
+def kit_hw(environ: Mapping[str, str] | None = None) -> HardwareProfile | None:
+    """The profile ``KIT_HW`` names, or None when it is unset; a name that is no profile is an error naming it."""
+    environ = os.environ if environ is None else environ
+    chosen = environ.get(PROFILE_ENV, "").strip()
+    if not chosen:
+        return None
+    if chosen not in PROFILES:
+        raise UnknownHardwareError(
+            f"{PROFILE_ENV}: unknown hardware profile {chosen!r}; choose one of {', '.join(PROFILES)}"
+        )
+    return PROFILES[chosen]
+
+
+def machine_profile(platform: Platform, dev_root: str | os.PathLike[str] = "/dev", *, devices_here: bool = True) -> str:
+    """This machine's profile on ``platform`` (:func:`profile_of`), or, with no devices here to go by (planning from
+    a laptop or a login node), the reference profile the recipes' reference runs were made on."""
+    return profile_of(platform, dev_root) if devices_here else REFERENCE_PROFILE
+
+
 def default_hardware(
     environ: Mapping[str, str] | None = None,
     dev_root: str | os.PathLike[str] = "/dev",
@@ -195,17 +225,46 @@ def default_hardware(
 ) -> str:
     """The hardware profile of every entry point that was not given one.
 
-    One rule everywhere (launcher, Ray wrapper, hand-off, doctor, images, ``env``): ``KIT_HW`` if set; else this
-    machine's profile (:func:`profile_of`: a2 or a3 by SoC, cuda, cpu). The one refinement is ``planning``: a dry run
-    on a machine without NPU or GPU plans the reference profile (a3) rather than the CPU smoke, because planning a
-    cluster run from a laptop is what a dry run there is for; pass ``--hw cpu`` for the smoke's plan.
+    One rule everywhere (launcher, Ray wrapper, hand-off, doctor, images, smoke, ``env``): ``KIT_HW`` if set; else
+    this machine's profile (:func:`profile_of`: the NPU profile by SoC, else the platform's name). The one refinement
+    is ``planning``: a dry run on a machine without NPU or GPU plans the reference profile (a3) rather than the CPU
+    smoke, because planning a cluster run from a laptop is what a dry run there is for; pass ``--hw cpu`` for the
+    smoke's plan.
+    Commands bound to one platform use :func:`default_profile_on`, the same rule within that platform.
     """
-    environ = os.environ if environ is None else environ
-    chosen = environ.get(PROFILE_ENV, "").strip()
-    if chosen:
-        get_profile(chosen)
-        return chosen
+    chosen = kit_hw(environ)
+    if chosen is not None:
+        return chosen.name
     platform = platform or current_platform()
-    if planning and platform is CPU:
-        return REFERENCE_PROFILE
-    return profile_of(platform, dev_root)
+    return machine_profile(platform, dev_root, devices_here=not (planning and not platform.has_devices))
+
+
+def default_profile_on(
+    platform: Platform,
+    environ: Mapping[str, str] | None = None,
+    dev_root: str | os.PathLike[str] = "/dev",
+    *,
+    choices: list[HardwareProfile] | None = None,
+    devices_here: bool = True,
+    refuse_other: str = "",
+) -> HardwareProfile:
+    """:func:`default_hardware` for a command bound to ``platform`` (the smoke's ``--platform``, the image scripts
+    docker/run_<platform>.sh), among ``choices`` (default: the platform's profiles).
+
+    ``KIT_HW`` if it is one of ``choices``. One of another platform is ignored (a shell's ``KIT_HW=a3`` must not make
+    a CPU smoke an NPU one: tests/smoke/test_cli.py) unless ``refuse_other`` names what the command runs, then it is
+    an error (running the wrong image is a mistake: tests/docker/test_run_scripts.py). Else :func:`machine_profile`
+    (``devices_here=False``: a login node planning a run, the reference profile), kept to ``choices``.
+    """
+    choices = choices or [p for p in PROFILES.values() if p.platform is platform]
+    chosen = kit_hw(environ)
+    if chosen is not None and chosen in choices:
+        return chosen
+    if chosen is not None and refuse_other:
+        names = ", ".join(p.name for p in choices)
+        raise UsageError(
+            f"{PROFILE_ENV}={chosen.name} is a {chosen.platform.name} profile; {refuse_other} ({names}): pass --hw "
+            f"or unset {PROFILE_ENV}"
+        )
+    found = PROFILES[machine_profile(platform, dev_root, devices_here=devices_here)]
+    return found if found in choices else choices[0]

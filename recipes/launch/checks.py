@@ -10,12 +10,15 @@ be ignored without a word).
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from npu_kernels.platform import HardwareProfile, applied
+from npu_kernels.platform.base import RL_ENFORCE_EAGER_KEY, RL_JOB_ENV_KEY
 from recipes.launch import trace
 from recipes.launch.catalog import ModelFacts
 from recipes.retool import REWARD_PATH
@@ -147,6 +150,19 @@ def check_job_env(cfg: DictConfig) -> list[str]:
         for name, value in env_vars.items()
         if not isinstance(value, str)
     ]
+
+
+def check_rollout_env(cfg: DictConfig, profile: HardwareProfile, environ: Mapping[str, str]) -> list[str]:
+    """The rollout mode against the environment the plan applies, by the platform's rule
+    (:meth:`~npu_kernels.platform.base.Platform.rollout_env_problems`; on NPU: graphs need a task queue below 2).
+
+    That environment is the profile's applied to ``environ`` (what the run script execs with, and what a ``plan``
+    user sources), then the job's ``runtime_env`` variables, which every Ray worker, the vLLM engines included, gets.
+    """
+    job = OmegaConf.select(cfg, RL_JOB_ENV_KEY) or {}
+    env = applied(profile.env("rl", environ), environ) | {str(k): str(v) for k, v in job.items()}
+    eager = bool(OmegaConf.select(cfg, RL_ENFORCE_EAGER_KEY))
+    return profile.platform.rollout_env_problems(env, enforce_eager=eager)
 
 
 def check_reward_kwargs(cfg: DictConfig) -> list[str]:

@@ -1,6 +1,6 @@
 """``python -m recipes.launch``: plan, check and launch a ReTool recipe.
 
-    python -m recipes.launch run RECIPE [--hw a2|a3|cuda|cpu] [--dry-run] [--no-path-check] [--max-restarts N]
+    python -m recipes.launch run RECIPE [--hw PROFILE] [--dry-run] [--no-path-check] [--max-restarts N]
                                  [overrides...]
     python -m recipes.launch plan --recipe qwen3_4b_dapo --hw a3 --dry-run [--no-path-check] [-- overrides...]
     python -m recipes.launch plan --recipe qwen3_4b_dapo --hw a3 --argv [-- overrides...]
@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point, whole_number_arg
-from npu_kernels.platform import PROFILE_NAMES, PROFILES, applied, default_hardware
-from npu_kernels.platform.cli import add_profile_option
+from npu_kernels.platform import PROFILE_ENV, PROFILE_NAMES, PROFILES, REFERENCE_PROFILE, applied, default_hardware
+from npu_kernels.platform.cli import add_profile_option, profiles_help
 from recipes.launch import catalog, inputs, restart
 from recipes.launch.capacity import recipe_demand
 from recipes.launch.plan import build
@@ -49,7 +49,8 @@ def _epilog() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Compose, validate and launch the kit's ReTool recipes (verl 0.6.1) on a2, a3, cuda or cpu.",
+        description="Compose, validate and launch the kit's ReTool recipes (verl 0.6.1) on one of the hardware "
+        f"profiles: {profiles_help()}.",
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -88,8 +89,8 @@ def build_run_parser() -> argparse.ArgumentParser:
     run.add_argument("recipe", help=f"one of {', '.join(catalog.RECIPES)}")
     add_profile_option(
         run,
-        "hardware profile: a2 (8 NPUs/node), a3 (16 dies/node), cuda (8 GPUs), cpu (tiny smoke). Default: KIT_HW, "
-        "else this machine's (a2, a3 or cuda); a dry run on a machine without NPU or GPU plans a3, the reference",
+        f"hardware profile: {profiles_help()}. Default: {PROFILE_ENV}, else this machine's; a dry run on a machine "
+        f"without NPU or GPU plans {REFERENCE_PROFILE}, the reference",
     )
     run.add_argument(
         "--dry-run",
@@ -179,10 +180,7 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         recipe = catalog.get(args.recipe)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
-    try:
-        hw = args.profile or default_hardware(environ, planning=args.dry_run)
-    except ValueError as exc:  # KIT_HW names no profile (the doctor reports the same value as a failed check)
-        raise UsageError(f"KIT_HW: {exc}") from None
+    hw = args.profile or default_hardware(environ, planning=args.dry_run)  # a bad KIT_HW raises a UsageError
     env = applied(PROFILES[hw].env(recipe.phase, environ), environ)
     log = sys.stdout if args.dry_run else sys.stderr
     with contextlib.redirect_stdout(log):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point, fail, port_arg
+from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, entry_point, fail, port_arg
 from npu_kernels.platform import PROFILES, default_hardware
 
 PROG = "ray_cluster"
@@ -319,10 +319,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        hw = args.profile or default_hardware()
-    except ValueError as exc:  # a bad KIT_HW
-        raise UsageError(f"KIT_HW: {exc}") from None
+    hw = args.profile or default_hardware()  # a bad KIT_HW raises a UsageError
     if args.dashboard_public and args.command != "head":
         parser.error("--dashboard-public is for head only")
     if args.with_sandbox and args.command not in ("head", "worker"):

@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_USAGE, entry_point, fail
+from npu_kernels.cli_errors import EXIT_USAGE, UsageError, entry_point, fail
+from npu_kernels.platform.base import DeviceAccess
 from npu_kernels.platform.env import PHASES
 from npu_kernels.platform.images import (
-    ACCESS,
     ScriptError,
     ScriptParser,
     choose_profile,
@@ -105,8 +105,14 @@ def root_args(roots: Sequence[Root], *, dry_run: bool, say: Say) -> list[str]:
     return out
 
 
+def device_access(platform: Platform) -> DeviceAccess:
+    """The platform's docker run facts; main() only dispatches to platforms that have them."""
+    assert platform.device_access is not None, f"{platform.name} has no image to run"
+    return platform.device_access
+
+
 def run_parser(platform: Platform, prog: str) -> ScriptParser:
-    access = ACCESS[platform.name]
+    access = device_access(platform)
     profiles = image_profiles(platform)
     images = ", ".join(f"{p.name}: {p.image.kit_tag}" for p in profiles if p.image)
     roots = ", ".join(f"{name} (default {default})" for name, default in DATA_ROOTS.items())
@@ -205,7 +211,7 @@ def compose(
     parser = run_parser(platform, prog)
     own, command = split_command(parser, argv)
     args = parser.parse_args(own)
-    access = ACCESS[platform.name]
+    access = device_access(platform)
     workspace = Path(args.workspace)
     if not workspace.is_dir():
         raise ScriptError(f"--workspace {args.workspace} is not a directory")
@@ -241,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prog = "python -m recipes.launch.containers"
     if argv[:1] == ["--prog"] and len(argv) > 1:
         prog, argv = argv[1], argv[2:]
-    runnable = [name for name in ACCESS if name in PLATFORMS]
+    runnable = [platform.name for platform in PLATFORMS.values() if platform.device_access]
     if not argv or argv[0] not in runnable:
         asked = argv[:1] in (["-h"], ["--help"])
         print(
@@ -256,9 +262,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         cmd, dry_run = compose(platform, argv, os.environ, say, prog)
-    except ScriptError as exc:
+    except UsageError as exc:  # ScriptError, or a KIT_HW that names no profile (profiles.UnknownHardwareError)
         return fail(name, exc.what, exc.fix, exc.exit_code)
-    except ValueError as exc:  # a bad KIT_HW, one clear line
+    except ValueError as exc:  # a damaged pins.env (npu_kernels/pins.py:28-34), one clear line
         return fail(name, str(exc), code=EXIT_USAGE)
     if dry_run:
         print(shlex.join(cmd))

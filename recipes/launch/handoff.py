@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_OK, KitError, UsageError, entry_point
+from npu_kernels.cli_errors import EXIT_OK, KitError, entry_point
 from npu_kernels.platform import default_hardware
 from npu_kernels.platform.cli import add_profile_option
 from recipes.launch import catalog, inputs
@@ -199,10 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        args.hw = args.profile or default_hardware()
-    except ValueError as exc:  # KIT_HW names no profile
-        raise UsageError(f"KIT_HW: {exc}") from None
+    args.hw = args.profile or default_hardware()  # a bad KIT_HW raises a UsageError
     handoff = plan(args)
     print(f"SFT checkpoint: {handoff.step_dir} (step {handoff.step})")
     if args.dry_run:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from npu_kernels.platform.base import RL_JOB_ENV_KEY
 from recipes.launch.catalog import KIT_ROOT, MERGED_DIR_NAME, Recipe
 
 #: Defaults of the root folders; each can be set by the environment variable of the same name.
@@ -23,7 +24,7 @@ DEFAULT_SANDBOX_URL = "http://127.0.0.1:8080/run_code"
 #: The scale (config group ``scale``) whose default model is the kit's tiny stand-in, not a hub checkpoint.
 SMOKE_SCALE = "smoke"
 
-RL_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
+RL_ENV_KEY = RL_JOB_ENV_KEY
 """Job-wide environment of an RL run: Ray applies it to every worker on every node (a worker otherwise inherits its
 raylet's environment, which on a multi-node cluster was fixed when ``ray start`` ran)."""
 

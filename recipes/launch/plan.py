@@ -187,6 +187,8 @@ def build(
         return plan
     plan.counts_ok = True
     _validate(plan)
+    if recipe.phase == "rl":  # vLLM's mode against the environment the run gets (TASK_QUEUE_ENABLE on NPU)
+        plan.errors += checks.check_rollout_env(plan.cfg, PROFILES[hw], environ)
     _check_budget(plan, path_check)
     _check_memory(plan)
     if path_check:

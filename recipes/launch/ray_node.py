@@ -100,7 +100,7 @@ def _check_setup_scripts(request: NodeRequest, environ: Mapping[str, str]) -> No
         elif request.dry_run:
             say(f"note: {script} not found (dry run: a real start stops here)")
         else:
-            variable = platform.setup_root[0] if platform.setup_root else "its install root"
+            variable = platform.install_root_env or "its install root"
             raise NodeError(
                 f"{script} not found: Ray would count {platform.ray_resource} devices and load the device stack "
                 f"without the environment it sets (set {variable} if it is installed elsewhere)"

@@ -172,22 +172,18 @@ class Target:
 
 def resolve_target(choice: str) -> Target:
     """The platform (``auto``: detected in this interpreter) and its profile: KIT_HW when it is a profile of that
-    platform, else this machine's. An interpreter without torch is no accelerator interpreter: auto means cpu."""
-    from npu_kernels.platform import CPU, PLATFORMS, PROFILES, default_hardware, detect, profile_of
+    platform, else this machine's (the kit's one rule, :func:`npu_kernels.platform.profiles.default_profile_on`). An
+    interpreter without torch is no accelerator interpreter: auto means cpu. A bad KIT_DEVICE or KIT_HW raises the
+    platform's UsageError."""
+    from npu_kernels.platform import CPU, PLATFORMS, default_profile_on, detect
 
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # a forced, unavailable platform: checked below
-            try:
-                platform = detect() if choice == "auto" else PLATFORMS[choice]
-            except ImportError:
-                platform = CPU
-            name = default_hardware(platform=platform)
-    except ValueError as exc:  # a bad KIT_DEVICE or KIT_HW
-        raise UsageError(str(exc)) from None
-    if PROFILES[name].platform is not platform:
-        name = profile_of(platform)
-    return Target(platform, PROFILES[name])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a forced, unavailable platform: checked below
+        try:
+            platform = detect() if choice == "auto" else PLATFORMS[choice]
+        except ImportError:
+            platform = CPU
+    return Target(platform, default_profile_on(platform))
 
 
 def interpreter_problems(target: Target) -> list[str]:

@@ -56,6 +56,19 @@ def test_tensor_parallelism_must_fit_in_a_node() -> None:
     assert not _has(_build("qwen3_4b_dapo", "a3"), "devices of a node")
 
 
+def test_vllm_graphs_need_a_task_queue_below_2_on_npu() -> None:
+    """The NPU environment's TASK_QUEUE_ENABLE=2 needs eager vLLM (npu.py _queue_needs_eager, the doctor's rule too):
+    graphs fail on a2 and a3; level 1 for the job (the fix the message gives) or another platform passes."""
+    graphs = "actor_rollout_ref.rollout.enforce_eager=False"
+    rule = "with TASK_QUEUE_ENABLE=2, which needs eager vLLM"
+    for hw in ("a2", "a3"):
+        assert _has(_build("qwen2.5_7b_dapo", hw, graphs), rule), hw
+    assert not _has(_build("qwen2.5_7b_dapo", "a2"), rule)  # the recipes keep eager
+    level_1 = '+ray_kwargs.ray_init.runtime_env.env_vars.TASK_QUEUE_ENABLE="1"'
+    assert not _has(_build("qwen2.5_7b_dapo", "a2", graphs, level_1), rule)
+    assert not _has(_build("qwen2.5_7b_dapo", "cuda", graphs), rule)
+
+
 def test_job_env_values_must_be_strings() -> None:
     """Ray's runtime_env takes Dict[str, str] only: an unquoted number would fail inside ray.init, after start-up."""
     key = "+ray_kwargs.ray_init.runtime_env.env_vars"

@@ -124,6 +124,18 @@ def test_misspelt_override_fails_the_dry_run_naming_the_key(launch_env: dict[str
     assert "dry run FAILED" in out and "command (" not in out
 
 
+def test_vllm_graphs_under_the_npu_task_queue_fail_the_dry_run(launch_env: dict[str, str]) -> None:
+    """Issue 23's loose end: the launcher applies TASK_QUEUE_ENABLE=2 on NPU, which needs eager vLLM; graphs
+    (enforce_eager=False) fail the dry run with the platform's one-line fix (npu.py rollout_env_problems)."""
+    args = ["recipes/run_qwen2.5_7b_dapo_npu.sh", "--hw", "a2", "--dry-run", "--no-path-check"]
+    proc = run([*args, "actor_rollout_ref.rollout.enforce_eager=False"], launch_env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    line = next((x for x in out.splitlines() if "with TASK_QUEUE_ENABLE=2, which needs eager vLLM" in x), "")
+    assert "enforce_eager=True" in line and 'TASK_QUEUE_ENABLE="1"' in line, out
+    assert "dry run FAILED" in out
+
+
 def test_sft_cpu_dry_run_checks_paths_and_counts_steps(
     launch_env: dict[str, str], tmp_path: Path, make_model: Callable[..., Path], make_parquet: Callable[..., Path]
 ) -> None:
