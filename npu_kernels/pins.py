@@ -12,8 +12,18 @@ import shlex
 from functools import cache
 from pathlib import Path
 
+from npu_kernels.cli_errors import KitError
+
 PINS_FILE = Path(os.environ.get("KIT_PINS_FILE", Path(__file__).resolve().parents[1] / "pins.env"))
 _LINE = re.compile(r"^(?P<key>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
+
+
+class PinsError(KitError, ValueError):
+    """pins.env (or ``KIT_PINS_FILE``) is damaged: one error line from any command, and still a ValueError for the
+    callers that fall back on it (``platform/images.py``, ``recipes/launch/containers.py``)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what, f"restore the kit's pins.env ({PINS_FILE}), e.g. git checkout -- pins.env")
 
 
 def parse(text: str) -> dict[str, str]:
@@ -25,13 +35,13 @@ def parse(text: str) -> dict[str, str]:
             continue
         match = _LINE.match(line)
         if not match:
-            raise ValueError(f"pins.env line {number}: expected KEY=VALUE, got {raw!r}")
+            raise PinsError(f"pins.env line {number}: expected KEY=VALUE, got {raw!r}")
         words = shlex.split(match["value"], comments=True)
         if len(words) > 1 or "$" in match["value"]:
-            raise ValueError(f"pins.env line {number}: quote multi-word values and use no expansions: {raw!r}")
+            raise PinsError(f"pins.env line {number}: quote multi-word values and use no expansions: {raw!r}")
         key = match["key"]
         if key in pins:
-            raise ValueError(f"pins.env line {number}: {key} is pinned twice")
+            raise PinsError(f"pins.env line {number}: {key} is pinned twice")
         pins[key] = words[0] if words else ""
     return pins
 
@@ -54,6 +64,6 @@ def python_requirements() -> dict[str, str]:
     for spec in get("PY_PINS").split():
         name, _, version = spec.partition("==")
         if not version:
-            raise ValueError(f"PY_PINS entry {spec!r} is not an exact pin (name==version)")
+            raise PinsError(f"PY_PINS entry {spec!r} is not an exact pin (name==version)")
         reqs[name.lower()] = version
     return reqs
