@@ -25,13 +25,11 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from recipes.launch.checks import world_size
+
 #: Bytes a verl FSDP checkpoint takes per model parameter: fp32 weights (4) + AdamW exp_avg and exp_avg_sq (4 + 4).
 CKPT_BYTES_PER_PARAM = 12
 _DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-
-
-def _world(cfg: DictConfig) -> int:
-    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
 
 
 def steps_per_epoch(cfg: DictConfig, phase: str, rows: int | None) -> tuple[int | None, str]:
@@ -43,7 +41,7 @@ def steps_per_epoch(cfg: DictConfig, phase: str, rows: int | None) -> tuple[int 
         rows = limit
     batch = int(cfg.data.train_batch_size)
     if phase == "sft":
-        dp = max(1, _world(cfg) // int(cfg.ulysses_sequence_parallel_size))
+        dp = max(1, world_size(cfg) // int(cfg.ulysses_sequence_parallel_size))
         return (rows // dp) // max(1, batch // dp), f"{rows:,} rows / batch {batch}"
     return rows // batch, f"{rows:,} rows / batch {batch}, before overlong prompts are dropped"
 

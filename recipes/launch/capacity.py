@@ -6,7 +6,8 @@ say (``--workers 8 --max-queue 256``) takes 264 and answers the rest 503, which 
 unavailable". The arithmetic, with its sources:
 
 * per AgentLoopWorker: the kit's tool runs requests in a thread pool of ``max_concurrency`` threads
-  (``recipes/retool/tool.py`` L54, L63); verl's own SandboxFusionTool uses ``num_workers`` threads (default 10)
+  (``CodeInterpreterTool.__init__`` in ``recipes/retool/tool.py``; the default in ``recipes/retool/tool_defaults.py``,
+  read here too); verl's own SandboxFusionTool uses ``num_workers`` threads (default 10)
   behind one cluster-wide rate limiter of ``rate_limit`` (default 10) (verl 0.6.1
   ``verl/tools/sandbox_fusion_tools.py`` L65-71, L88-94, L134-142);
 * per node: verl 0.6.1 places AgentLoopWorker i on node ``i % nodes`` (``verl/experimental/agent_loop/
@@ -31,12 +32,11 @@ from urllib.parse import urlsplit
 from omegaconf import DictConfig, OmegaConf
 
 from recipes.launch.paths import Problem
+from recipes.retool import tool_defaults
 
 KIT_TOOL = "recipes.retool.tool.CodeInterpreterTool"
 VERL_SANDBOX_TOOL = "verl.tools.sandbox_fusion_tools.SandboxFusionTool"
-KIT_TOOL_DEFAULT_CONCURRENCY = 64  # recipes/retool/tool.py L54
-VERL_TOOL_DEFAULTS = {"num_workers": 10, "rate_limit": 10}  # verl/tools/sandbox_fusion_tools.py L134-135
-KIT_CLIENT_MARGIN_S = 10.0  # recipes/retool/sandbox_client.py L84: HTTP timeout = 2 x run timeout + 10 s
+VERL_TOOL_DEFAULTS = {"num_workers": 10, "rate_limit": 10}  # verl 0.6.1 verl/tools/sandbox_fusion_tools.py L134-135
 #: Enough finished requests in /health for its mean run time to say something about draining a burst.
 MIN_SAMPLES_FOR_DRAIN = 20
 
@@ -65,9 +65,8 @@ def tool_limits(path: str | Path) -> list[ToolLimit]:
             cap = int(config.get("rate_limit", VERL_TOOL_DEFAULTS["rate_limit"]))
             limits.append(ToolLimit(name, per_worker, cap if config.get("enable_global_rate_limit", True) else None))
             continue
-        per_worker = int(config.get("max_concurrency", config.get("num_workers", KIT_TOOL_DEFAULT_CONCURRENCY)))
-        timeout = 2 * float(config.get("default_timeout", 30)) + KIT_CLIENT_MARGIN_S if name == KIT_TOOL else None
-        limits.append(ToolLimit(name, per_worker, None, timeout))
+        timeout = tool_defaults.http_timeout_s(tool_defaults.run_timeout_s(config)) if name == KIT_TOOL else None
+        limits.append(ToolLimit(name, tool_defaults.max_concurrency(config), None, timeout))
     return limits
 
 

@@ -58,6 +58,8 @@ def _divides_heads(size: int, heads: Heads, what: str, key: str) -> list[str]:
 
 
 def world_size(cfg: DictConfig) -> int:
+    """Ranks of the job, nodes x devices per node: the one formula the checks, the budget (recipes.launch.budget),
+    the memory estimate (recipes.launch.memory) and the Ray CPU count (recipes.launch.ray_cpus) share."""
     return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
 
 

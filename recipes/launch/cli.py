@@ -10,8 +10,9 @@
 ``run`` is what ``recipes/run_<recipe>_npu.sh`` execs: it picks the profile (``--hw``, else
 :func:`npu_kernels.platform.default_hardware`), applies the profile's environment for the recipe's phase, plans,
 and either prints the dry run or replaces itself with the exact verl command it approved (with ``--max-restarts
-N``: runs it under :mod:`recipes.launch.restart`, which relaunches it resuming when it dies). ``plan --dry-run`` prints
-the table, problems and the command, and exits 0 only when nothing is wrong; ``plan --argv`` prints the command one
+N``: runs it under :mod:`recipes.launch.restart`, which relaunches it resuming when it dies). ``plan`` plans the same
+way (:func:`_plan`, the profile's environment included): ``plan --dry-run`` prints what ``run --dry-run`` prints, the
+table, problems and the command, and exits 0 only when nothing is wrong; ``plan --argv`` prints the command one
 argument per line (the same checks plus this machine's: platform, device count; the table on stderr). ``demand``
 prints a recipe's tool calls in flight per sandbox, the ``N`` of ``retool-sandbox bench --burst N``: the sandbox
 stands alone and reads no recipe (issue 22 item 5), so the kit hands it the number.
@@ -31,7 +32,7 @@ from npu_kernels.platform import PROFILE_ENV, PROFILE_NAMES, PROFILES, REFERENCE
 from npu_kernels.platform.cli import add_profile_option, profiles_help
 from recipes.launch import catalog, inputs, restart
 from recipes.launch.capacity import recipe_demand
-from recipes.launch.plan import build
+from recipes.launch.plan import Plan, build
 from recipes.launch.report import render
 
 SCALES = ("full", "smoke")
@@ -157,10 +158,7 @@ def _list() -> int:
 
 def _demand(args: argparse.Namespace) -> int:
     """The number alone on stdout, for ``--burst "$(retool-launch demand ...)"``; the arithmetic on stderr."""
-    try:
-        hw = args.profile or default_hardware(planning=True)
-    except ValueError as exc:  # KIT_HW names no profile
-        raise UsageError(f"KIT_HW: {exc}") from None
+    hw = args.profile or default_hardware(planning=True)  # a bad KIT_HW raises a UsageError
     try:
         with contextlib.redirect_stdout(sys.stderr):  # verl and Hydra print while loading
             need = recipe_demand(args.recipe, hw, shared=args.layout == "shared")
@@ -173,16 +171,22 @@ def _demand(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@entry_point(RUN_PROG)  # inside retool-launch's boundary: a run script's errors carry the run script's name
-def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """Environment, plan, then exec: the whole launch the run scripts used to do in bash."""
+def _recipe(name: str) -> catalog.Recipe:
     try:
-        recipe = catalog.get(args.recipe)
+        return catalog.get(name)
     except KeyError as exc:
         raise UsageError(exc.args[0]) from None
-    hw = args.profile or default_hardware(environ, planning=args.dry_run)  # a bad KIT_HW raises a UsageError
+
+
+def _plan(
+    args: argparse.Namespace, recipe: catalog.Recipe, hw: str, environ: Mapping[str, str], *, for_launch: bool
+) -> tuple[Plan, dict[str, str]]:
+    """The one planning path of ``plan`` and ``run``: the profile's environment for the recipe's phase, the plan,
+    the table. ``plan --dry-run`` prints what ``run --dry-run`` prints (tests/recipes/test_plan_run_same.py), and
+    the command it shows is the one a launch execs. Returns the plan and the environment the command runs in."""
     env = applied(PROFILES[hw].env(recipe.phase, environ), environ)
-    log = sys.stdout if args.dry_run else sys.stderr
+    # verl and Hydra print while loading: a dry run shows it with the table; a launch keeps stdout for the command
+    log = sys.stderr if for_launch else sys.stdout
     with contextlib.redirect_stdout(log):
         plan = build(
             recipe,
@@ -191,10 +195,20 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
             scale=args.scale,
             parity=args.parity,
             path_check=not args.no_path_check,
-            for_launch=not args.dry_run,
+            for_launch=for_launch,
             environ=env,
         )
-    print(render(plan, dry_run=args.dry_run), file=log, flush=True)
+    print(render(plan, dry_run=not for_launch), file=log, flush=True)
+    return plan, env
+
+
+@entry_point(RUN_PROG)  # inside retool-launch's boundary: a run script's errors carry the run script's name
+def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+    """Environment, plan, then exec: the whole launch the run scripts used to do in bash."""
+    recipe = _recipe(args.recipe)
+    hw = args.profile or default_hardware(environ, planning=args.dry_run)  # a bad KIT_HW raises a UsageError
+    plan, env = _plan(args, recipe, hw, environ, for_launch=not args.dry_run)
+    log = sys.stdout if args.dry_run else sys.stderr
     if plan.errors:
         return EXIT_FAILED
     ckpt_dir = Path(str(plan.cfg.trainer.default_local_dir))
@@ -220,23 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _list()
     if args.command == "demand":
         return _demand(args)
-    try:
-        recipe = catalog.get(args.recipe)
-    except KeyError as exc:
-        raise UsageError(exc.args[0]) from None
-    # verl and Hydra print while loading; in --argv mode stdout carries the command only.
-    log = sys.stdout if args.dry_run else sys.stderr
-    with contextlib.redirect_stdout(log):
-        plan = build(
-            recipe,
-            args.hw,
-            args.overrides,
-            scale=args.scale,
-            parity=args.parity,
-            path_check=not args.no_path_check,
-            for_launch=args.argv,
-        )
-    print(render(plan, dry_run=args.dry_run), file=log, flush=True)
+    plan, _ = _plan(args, _recipe(args.recipe), args.hw, os.environ, for_launch=args.argv)
     if plan.errors:
         return EXIT_FAILED
     if args.argv:

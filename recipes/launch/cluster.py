@@ -237,7 +237,6 @@ NCCL_SOCKET_IFNAME/... on CUDA) to the interface that carries the node address, 
 
 def build_parser() -> argparse.ArgumentParser:
     from npu_kernels.platform.cli import add_profile_option
-    from recipes.launch import node_sandbox, ray_node
 
     parser = argparse.ArgumentParser(
         prog="bash scripts/ray_cluster.sh",
@@ -254,6 +253,18 @@ def build_parser() -> argparse.ArgumentParser:
         "node's kit sandbox, then `ray stop` (every Ray process of this user here)",
     )
     add_profile_option(parser, "hardware profile (default: KIT_HW, else this machine's)")
+    _add_node_options(parser)
+    _add_sandbox_options(parser)
+    parser.add_argument(
+        "--dry-run", action="store_true", help="head/worker/stop: print what would be done; start nothing"
+    )
+    return parser
+
+
+def _add_node_options(parser: argparse.ArgumentParser) -> None:
+    """Where this node and the head are, and how many nodes status expects."""
+    from recipes.launch import ray_node
+
     parser.add_argument(
         "--address",
         default=os.environ.get("RAY_HEAD_ADDRESS", "").strip() or None,
@@ -282,6 +293,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="head: Ray dashboard on 0.0.0.0 instead of 127.0.0.1. Its job API runs code without authentication "
         "for anyone who reaches the port: trusted networks only",
     )
+
+
+def _add_sandbox_options(parser: argparse.ArgumentParser) -> None:
+    """The per-node kit sandbox that head/worker can start beside Ray (recipes.launch.node_sandbox)."""
+    from recipes.launch import node_sandbox
+
     parser.add_argument(
         "--with-sandbox",
         action="store_true",
@@ -307,10 +324,6 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"node-local directory for the sandbox's pid and log files (default ${node_sandbox.RUN_DIR_ENV}, else "
         f"{node_sandbox.default_run_dir()})",
     )
-    parser.add_argument(
-        "--dry-run", action="store_true", help="head/worker/stop: print what would be done; start nothing"
-    )
-    return parser
 
 
 @entry_point(PROG)

@@ -147,6 +147,18 @@ def run_parser(platform: Platform, prog: str) -> ScriptParser:
     )
     parser.add_argument("--phase", default="rl", choices=PHASES, help="KIT_PHASE, the env the entry point applies")
     parser.add_argument("--name", help="container name")
+    _add_docker_options(parser, access)
+    parser.add_argument("--dry-run", action="store_true", help="print the docker run command instead of running it")
+    parser.add_argument(
+        "command",
+        nargs="*",
+        help="command to run in the container (default: bash); -- before it when it starts with a dash",
+    )
+    return parser
+
+
+def _add_docker_options(parser: ScriptParser, access: DeviceAccess) -> None:
+    """docker run's own knobs, those the platform's device access has (shm size, --gpus, device nodes) among them."""
     if access.shm_size:
         parser.add_argument(
             "--shm-size", type=_docker_size, default=access.shm_size, help=f"/dev/shm size (default: {access.shm_size})"
@@ -167,13 +179,6 @@ def run_parser(platform: Platform, prog: str) -> ScriptParser:
         parser.add_argument(
             "--dev-root", default="/dev", metavar="DIR", help="where to look for the device nodes (default: /dev)"
         )
-    parser.add_argument("--dry-run", action="store_true", help="print the docker run command instead of running it")
-    parser.add_argument(
-        "command",
-        nargs="*",
-        help="command to run in the container (default: bash); -- before it when it starts with a dash",
-    )
-    return parser
 
 
 def split_command(parser: ScriptParser, argv: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from recipes.launch.catalog import ModelFacts
+from recipes.launch.checks import world_size
 
 GB = 1e9
 #: fp32 weights + fp32 gradients + AdamW exp_avg + exp_avg_sq, per parameter.
@@ -88,13 +89,9 @@ def _activation_bytes(facts: ModelFacts, tokens: int, checkpointing: bool) -> fl
     return layers + tokens * facts.vocab_size * LOGITS_BYTES
 
 
-def _world(cfg: DictConfig) -> int:
-    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
-
-
 def estimate(cfg: DictConfig, phase: str, facts: ModelFacts, device_gb: float) -> MemoryEstimate:
     """The estimate for a resolved config (see the module docstring for the terms)."""
-    params, world = facts.parameters, _world(cfg)
+    params, world = facts.parameters, world_size(cfg)
     state = TRAIN_STATE_BYTES * params / world
     if phase == "sft":
         sp = int(cfg.ulysses_sequence_parallel_size)

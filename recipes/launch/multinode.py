@@ -1,5 +1,6 @@
 """What the launcher says about a multi-node run beyond Ray's cluster check: the sandbox every node calls, and
-torchrun's rendezvous and socket interface (issue 14, findings 1 and 5). Called by :mod:`recipes.launch.plan`.
+torchrun's rendezvous and socket interface (issue 14, findings 1 and 5); and torchrun's node options. Called by
+:mod:`recipes.launch.plan`.
 """
 
 from __future__ import annotations
@@ -7,9 +8,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from omegaconf import DictConfig
+
 from npu_kernels.platform import PROFILES
 from recipes.launch import nodenet
 from recipes.launch.capacity import is_loopback
+
+DEFAULT_MASTER_PORT = "29500"
 
 
 def loopback_sandbox_warning(url: str | None, nnodes: int) -> str | None:
@@ -60,3 +65,18 @@ def torchrun_findings(hw: str, nnodes: int, environ: Mapping[str, str], *, on_no
     out.env = nodenet.socket_env(platform, interface.name, environ)
     out.checked.append(f"socket interface {interface.name} ({interface.how})")
     return out
+
+
+def torchrun_args(cfg: DictConfig, environ: Mapping[str, str]) -> list[str]:
+    """torchrun's node options for an SFT launch: standalone on one node, else the rendezvous from the environment
+    (placeholders in a dry run planned without it)."""
+    nnodes, per_node = int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node)
+    if nnodes == 1:
+        return ["--standalone", "--nnodes=1", f"--nproc_per_node={per_node}"]
+    return [
+        f"--nnodes={nnodes}",
+        f"--nproc_per_node={per_node}",
+        f"--node_rank={environ.get('NODE_RANK', '').strip() or '<NODE_RANK>'}",
+        f"--master_addr={environ.get('MASTER_ADDR', '').strip() or '<MASTER_ADDR>'}",
+        f"--master_port={environ.get('MASTER_PORT', '').strip() or DEFAULT_MASTER_PORT}",
+    ]

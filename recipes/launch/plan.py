@@ -28,7 +28,6 @@ from recipes.retool import REWARD_PATH, TOOL_CONFIG_PATH
 
 SFT_ENTRY = "verl.trainer.fsdp_sft_trainer"
 RL_ENTRY = "verl.trainer.main_ppo"
-DEFAULT_MASTER_PORT = "29500"
 
 _SAFE_VALUE = re.compile(r"[\w./:@+\-]+")
 #: Plain values Hydra's override grammar types as int, float, bool or null (case-insensitive, as Hydra reads them).
@@ -118,6 +117,9 @@ def _rl_job_env(environ: Mapping[str, str]) -> dict[str, str]:
     return {name: environ[name].strip() for name in _RL_JOB_VARS if environ.get(name, "").strip()}
 
 
+_NO_COMPOSE = "the config does not compose (Hydra, as verl would run it):\n"
+
+
 def build(
     recipe: Recipe,
     hw: str,
@@ -148,47 +150,65 @@ def build(
     try:
         first, choices = compose.compose_with_choices(recipe, _without(device, user_keys) + user)
     except ConfigError as exc:
-        plan.errors.append(f"the config does not compose (Hydra, as verl would run it):\n{exc}")
+        plan.errors.append(f"{_NO_COMPOSE}{exc}")
         return plan
     plan.scale = choices.get("scale", plan.scale)
     plan.inputs = inputs.resolve(recipe, hw, environ, plan.scale)
+    ours = device + _kit_overrides(plan, environ)  # before _run_dir_overrides adds CKPT_DIR to plan.inputs
+    overrides = _without(ours + _run_dir_overrides(plan, first, user_keys, environ), user_keys) + user
+    try:
+        plan.cfg = compose.resolved(compose.compose(recipe, overrides))
+    except ConfigError as exc:
+        plan.errors.append(f"{_NO_COMPOSE}{exc}")
+        return plan
+    plan.inputs = [_effective(item, plan.cfg, user_keys) for item in plan.inputs]
+    if _check(plan, path_check=path_check, for_launch=for_launch, environ=environ):
+        plan.argv = _argv(plan, overrides, environ)
+    return plan
 
-    ours = device + [hydra_override(i.override_key, i.value) for i in plan.inputs]
-    if recipe.phase == "rl":
+
+def _kit_overrides(plan: Plan, environ: Mapping[str, str]) -> list[str]:
+    """The environment inputs as overrides, and for RL the kit's reward, tool config, job variables and parity."""
+    ours = [hydra_override(i.override_key, i.value) for i in plan.inputs]
+    if plan.recipe.phase == "rl":
         ours += [
             hydra_override("custom_reward_function.path", REWARD_PATH),
             hydra_override("actor_rollout_ref.rollout.multi_turn.tool_config_path", TOOL_CONFIG_PATH),
         ]
         ours += [hydra_override(f"+{inputs.RL_ENV_KEY}.{k}", v, string=True) for k, v in _rl_job_env(environ).items()]
-        ours += list(parity_settings.RL_OVERRIDES) if parity else []
+        ours += list(parity_settings.RL_OVERRIDES) if plan.parity else []
+    return ours
 
+
+def _run_dir_overrides(plan: Plan, first: DictConfig, user_keys: set[str], environ: Mapping[str, str]) -> list[str]:
+    """What the run keeps with its checkpoints: CKPT_DIR (an input), the TensorBoard dir and the rollout traces.
+
+    ``first`` is the first composition: its experiment name names CKPT_DIR. Sets the command's ``plan.env`` too."""
     ckpt = inputs.ckpt_input(str(first.trainer.experiment_name), environ)
     plan.inputs.append(ckpt)
-    ours.append(hydra_override(ckpt.key, ckpt.value))
+    ours = [hydra_override(ckpt.key, ckpt.value)]
     ckpt_dir = str(first.trainer.default_local_dir) if ckpt.key in user_keys else ckpt.value
     tensorboard = environ.get("TENSORBOARD_DIR", "").strip() or str(Path(ckpt_dir) / "tensorboard")
-    if recipe.phase == "rl":
+    if plan.recipe.phase == "rl":
         ours.append(hydra_override(f"+{inputs.RL_ENV_KEY}.TENSORBOARD_DIR", tensorboard, string=True))
         traces = trace.job_env(first, ckpt_dir, environ)  # rollout traces kept with the run (recipes.launch.trace)
         ours += [hydra_override(f"+{inputs.RL_ENV_KEY}.{k}", v, string=True) for k, v in traces.items()]
         plan.env.update(traces)
     plan.env["TENSORBOARD_DIR"] = tensorboard  # verl's tracker default is ./tensorboard_log: keep it with the run
+    return ours
 
-    overrides = _without(ours, user_keys) + user
-    try:
-        plan.cfg = compose.resolved(compose.compose(recipe, overrides))
-    except ConfigError as exc:
-        plan.errors.append(f"the config does not compose (Hydra, as verl would run it):\n{exc}")
-        return plan
-    plan.inputs = [_effective(item, plan.cfg, user_keys) for item in plan.inputs]
+
+def _check(plan: Plan, *, path_check: bool, for_launch: bool, environ: Mapping[str, str]) -> bool:
+    """Every check of the composed config; False when a count is bad (reported alone: the rest divides by them)."""
+    assert plan.cfg is not None
     plan.rows_in_train = paths.parquet_rows(_as_list(plan.cfg.data.train_files))
-    plan.errors += checks.bad_counts(plan.cfg, recipe.phase)
+    plan.errors += checks.bad_counts(plan.cfg, plan.recipe.phase)
     if plan.errors:  # a count the arithmetic below would divide by or fail to parse: report it alone
-        return plan
+        return False
     plan.counts_ok = True
     _validate(plan)
-    if recipe.phase == "rl":  # vLLM's mode against the environment the run gets (TASK_QUEUE_ENABLE on NPU)
-        plan.errors += checks.check_rollout_env(plan.cfg, PROFILES[hw], environ)
+    if plan.recipe.phase == "rl":  # vLLM's mode against the environment the run gets (TASK_QUEUE_ENABLE on NPU)
+        plan.errors += checks.check_rollout_env(plan.cfg, PROFILES[plan.hw], environ)
     _check_budget(plan, path_check)
     _check_memory(plan)
     if path_check:
@@ -197,8 +217,7 @@ def build(
         _check_this_machine(plan, environ)
     else:
         _multi_node_notes(plan, environ)
-    plan.argv = _argv(plan, overrides, environ)
-    return plan
+    return True
 
 
 def _effective(item: inputs.Input, cfg: DictConfig, user_keys: set[str]) -> inputs.Input:
@@ -418,23 +437,12 @@ def _torchrun_rendezvous(plan: Plan, nnodes: int, environ: Mapping[str, str], *,
     plan.checked += found.checked
 
 
-def _torchrun_args(cfg: DictConfig, environ: Mapping[str, str]) -> list[str]:
-    nnodes, per_node = int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node)
-    if nnodes == 1:
-        return ["--standalone", "--nnodes=1", f"--nproc_per_node={per_node}"]
-    return [
-        f"--nnodes={nnodes}",
-        f"--nproc_per_node={per_node}",
-        f"--node_rank={environ.get('NODE_RANK', '').strip() or '<NODE_RANK>'}",
-        f"--master_addr={environ.get('MASTER_ADDR', '').strip() or '<MASTER_ADDR>'}",
-        f"--master_port={environ.get('MASTER_PORT', '').strip() or DEFAULT_MASTER_PORT}",
-    ]
-
-
 def _argv(plan: Plan, overrides: Sequence[str], environ: Mapping[str, str]) -> list[str]:
     assert plan.cfg is not None
     config = ["--config-path", str(CONFIG_DIR), "--config-name", plan.recipe.config_name]
     if plan.recipe.phase == "sft":
-        launcher = [sys.executable, "-m", "torch.distributed.run", *_torchrun_args(plan.cfg, environ), "-m", SFT_ENTRY]
+        from recipes.launch.multinode import torchrun_args
+
+        launcher = [sys.executable, "-m", "torch.distributed.run", *torchrun_args(plan.cfg, environ), "-m", SFT_ENTRY]
         return [*launcher, *config, *overrides]
     return [sys.executable, "-m", RL_ENTRY, *config, *overrides]

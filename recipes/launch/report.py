@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from npu_kernels.platform import PROFILES, current_platform
 from recipes.launch import budget, inputs, memory, parity, ray_cpus, trace
+from recipes.launch.checks import world_size
 from recipes.launch.plan import Plan
 
 
@@ -120,7 +121,7 @@ def _common_head(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
         ),
         ("reference", plan.recipe.reference),
         ("device", f"{cfg.trainer.device}  ({profile.note}{per_device})"),
-        ("nodes", f"{nnodes} x {per_node} {unit} = {nnodes * per_node}"),
+        ("nodes", f"{nnodes} x {per_node} {unit} = {world_size(cfg)}"),
         ("dtype", _dtype_row(plan, cfg)),
         *([("parity", parity.describe(plan.recipe.phase))] if plan.parity else []),
         *([("memory", memory.summary(plan.memory))] if plan.memory else []),
@@ -128,7 +129,7 @@ def _common_head(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
 
 
 def _sft_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
-    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    world = world_size(cfg)
     sp = int(cfg.ulysses_sequence_parallel_size)
     dp = max(1, world // sp)
     batch, micro = int(cfg.data.train_batch_size), int(cfg.data.micro_batch_size_per_gpu)
@@ -178,7 +179,7 @@ def _micro_batch(actor: DictConfig) -> str:
 
 def _rl_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
     arr = cfg.actor_rollout_ref
-    world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
+    world = world_size(cfg)
     sp, tp = int(arr.actor.ulysses_sequence_parallel_size), int(arr.rollout.tensor_model_parallel_size)
     batch, n, mini = int(cfg.data.train_batch_size), int(arr.rollout.n), int(arr.actor.ppo_mini_batch_size)
     offload = [name for name in ("param", "optimizer") if arr.actor.fsdp_config.get(f"{name}_offload")]

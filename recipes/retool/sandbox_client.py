@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from recipes.retool.tool_defaults import DEFAULT_TIMEOUT_S, REQUEST_MARGIN_S, http_timeout_s
+
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 
 ResultKind = Literal["finished", "timeout", "sandbox_error", "unavailable"]
@@ -97,11 +99,11 @@ class SandboxClient:
         url: str,
         *,
         language: str = "python",
-        run_timeout_s: float = 30.0,
+        run_timeout_s: float = DEFAULT_TIMEOUT_S,
         memory_limit_mb: int = -1,
         max_retries: int = 3,
         retry_backoff_s: float = 1.0,
-        request_margin_s: float = 10.0,
+        request_margin_s: float = REQUEST_MARGIN_S,
     ) -> None:
         self.url = run_code_url(url)
         parts = urlsplit(self.url)
@@ -184,7 +186,7 @@ class SandboxClient:
         """Run ``code``; never raises for network or server trouble (that is :attr:`SandboxResult.kind`)."""
         timeout = self.run_timeout_s if run_timeout_s is None else float(run_timeout_s)
         body = json.dumps(self.payload(code, timeout)).encode()
-        http_timeout = 2 * timeout + self.request_margin_s  # compile + run + slack, as verl computes it
+        http_timeout = http_timeout_s(timeout, self.request_margin_s)
         start = time.monotonic()
         problem = ""
         for attempt in range(self.max_retries + 1):

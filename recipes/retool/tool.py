@@ -15,8 +15,9 @@ expression is displayed notebook-style (:mod:`recipes.retool.notebook`), the san
 (:mod:`recipes.retool.tool_output`). verl creates one tool object per AgentLoopWorker process; its requests run in a
 thread pool of ``max_concurrency`` threads, which is the per-worker concurrency bound.
 
-Config keys (defaults): ``sandbox_fusion_url`` (required), ``default_timeout`` (30 s), ``memory_limit_mb`` (-1: the
-sandbox's own default), ``max_concurrency`` (64; verl's ``num_workers`` is accepted as an alias),
+Config keys (defaults; the first two's in :mod:`recipes.retool.tool_defaults`, which the launcher reads too):
+``default_timeout`` (30 s), ``max_concurrency`` (64; verl's ``num_workers`` is accepted as an alias),
+``sandbox_fusion_url`` (required), ``memory_limit_mb`` (-1: the sandbox's own default),
 ``max_retries`` (3), ``retry_backoff_s`` (1.0), ``max_output_chars`` (2000), ``default_language`` (python).
 """
 
@@ -34,6 +35,7 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from verl.utils.rollout_trace import rollout_trace_op
 
+from recipes.retool import tool_defaults
 from recipes.retool.notebook import prepare_code
 from recipes.retool.sandbox_client import SandboxClient, SandboxResult
 from recipes.retool.schema import TOOL_SCHEMA
@@ -51,9 +53,9 @@ class CodeInterpreterTool(BaseTool):
         if tool_schema is None:
             tool_schema = OpenAIFunctionToolSchema.model_validate(TOOL_SCHEMA)
         super().__init__(config, tool_schema)
-        self.run_timeout_s = float(config.get("default_timeout", 30))
+        self.run_timeout_s = tool_defaults.run_timeout_s(config)
         self.max_output_chars = int(config.get("max_output_chars", 2000))
-        self.max_concurrency = int(config.get("max_concurrency", config.get("num_workers", 64)))
+        self.max_concurrency = tool_defaults.max_concurrency(config)
         self.client = SandboxClient(
             str(config.get("sandbox_fusion_url") or ""),
             language=str(config.get("default_language", "python")),

@@ -54,6 +54,15 @@ def launch_env(home: Path) -> dict[str, str]:
 
 
 @pytest.fixture
+def launch_environ(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``os.environ`` as :func:`launch_env` has it, for in-process CLI calls: no launch inputs, HOME = ``home``."""
+    for name in LAUNCH_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.fixture
 def plan_env(home: Path) -> dict[str, str]:
     """Environment mapping for in-process ``plan.build(..., environ=...)`` calls."""
     return {"HOME": str(home)}

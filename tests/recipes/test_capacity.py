@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from omegaconf import OmegaConf
 
 from recipes.launch import capacity, plan
 from recipes.launch import cli as launch_cli
@@ -74,6 +75,30 @@ def _cfg(name: str, hw: str, *overrides: str, home: str = "/nonexistent/kit-home
 
 def test_the_kit_tool_config_allows_64_per_agent_worker() -> None:
     assert capacity.tool_limits(TOOL_CONFIG_PATH) == [ToolLimit(KIT_TOOL, 64, None, 70.0)]
+
+
+@pytest.mark.parametrize(
+    "extra", ["", ", default_timeout: 5", ", num_workers: 8", ", max_concurrency: 4, default_timeout: 2.5"]
+)
+def test_the_check_counts_what_the_kit_tool_runs(extra: str, tmp_path: Path) -> None:
+    """The check's defaults are the tool's (recipes/retool/tool_defaults.py): its thread pool and HTTP timeout."""
+    from recipes.retool.tool import CodeInterpreterTool
+
+    path = tmp_path / "tools.yaml"
+    path.write_text(
+        f"tools:\n  - class_name: {KIT_TOOL}\n    config: {{sandbox_fusion_url: 'http://x:1/run_code'{extra}}}\n"
+    )
+    [limit] = capacity.tool_limits(path)
+    tool = CodeInterpreterTool(OmegaConf.to_container(OmegaConf.load(path))["tools"][0]["config"])  # type: ignore[index]
+    waited: list[float] = []
+
+    def post_once(body: bytes, timeout: float) -> tuple[int, bytes]:
+        waited.append(timeout)
+        raise TimeoutError
+
+    tool.client._post_once = post_once  # type: ignore[method-assign]
+    assert tool.client.run("print(1)").kind == "unavailable"
+    assert (limit.per_worker, limit.http_timeout_s) == (tool._executor._max_workers, waited[0])
 
 
 def test_verls_sandbox_fusion_tool_has_a_global_rate_limit(tmp_path: Path) -> None:
