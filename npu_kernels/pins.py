@@ -12,15 +12,16 @@ import shlex
 from functools import cache
 from pathlib import Path
 
-from npu_kernels.cli_errors import KitError
+from npu_kernels.cli_errors import UsageError
 
 PINS_FILE = Path(os.environ.get("KIT_PINS_FILE", Path(__file__).resolve().parents[1] / "pins.env"))
 _LINE = re.compile(r"^(?P<key>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
 
 
-class PinsError(KitError, ValueError):
-    """pins.env (or ``KIT_PINS_FILE``) is damaged: one error line from any command, and still a ValueError for the
-    callers that fall back on it (``platform/images.py``, ``recipes/launch/containers.py``)."""
+class PinsError(UsageError, ValueError):
+    """pins.env (or the file ``KIT_PINS_FILE`` names) is damaged: one error line, exit 2, from any command's boundary
+    (the image scripts printed it so before: ``platform/images.py``, ``recipes/launch/containers.py``); still a
+    ValueError for library callers."""
 
     def __init__(self, what: str) -> None:
         super().__init__(what, f"restore the kit's pins.env ({PINS_FILE}), e.g. git checkout -- pins.env")

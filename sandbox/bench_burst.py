@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import resource
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -24,6 +23,7 @@ import httpx
 
 from sandbox.bench_requests import SNIPPETS, percentile, run_code_payload
 from sandbox.cli_errors import UsageError
+from sandbox.worker_os import raise_open_file_limit
 
 #: HTTP answers a client treats as "try later": what the kit's tool retries and finally reports as unavailable.
 UNAVAILABLE_STATUSES = frozenset({429, 502, 503, 504})
@@ -233,12 +233,7 @@ def run_burst_cli(args: argparse.Namespace, snippets: list[str]) -> int:
     clients = args.burst
     if clients < 1 or args.rounds < 1 or args.deadline <= 0:
         raise UsageError("--burst, --rounds and --deadline must be positive")
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = clients + 256
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        resource.setrlimit(
-            resource.RLIMIT_NOFILE, (wanted if hard == resource.RLIM_INFINITY else min(wanted, hard), hard)
-        )
+    raise_open_file_limit(clients + 256)  # one connection per client, and the process's own
     capacity = server_capacity(args.url)
     if capacity:
         note = "" if capacity["capacity"] >= clients else f"  <- below {clients}: expect refusals"

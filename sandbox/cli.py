@@ -6,7 +6,6 @@ import argparse
 import errno
 import logging
 import os
-import resource
 import socket
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from sandbox.bench_burst import add_burst_options
 from sandbox.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, entry_point, fail
 from sandbox.keepalive import BACKOFF_S, MAX_DEATHS, WINDOW_S, run_keep_alive
 from sandbox.settings import DEFAULT_PRELOAD, SandboxSettings
+from sandbox.worker_os import raise_open_file_limit
 
 log = logging.getLogger("sandbox")
 PROG = "retool-sandbox"
@@ -214,14 +214,6 @@ def _listen(host: str, port: int) -> socket.socket | None:
     return sock
 
 
-def _raise_open_file_limit(wanted: int) -> None:
-    """Each queued request holds a connection (a file descriptor): lift a 1,024 soft limit towards the hard one."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-
-
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -256,7 +248,7 @@ def _serve(args: argparse.Namespace) -> int:
         overload_status=args.overload_status,
         allow_paths=tuple(args.allow_path),
     )
-    _raise_open_file_limit(4 * (settings.workers + settings.max_queue) + 256)  # sockets + per-run pipes
+    raise_open_file_limit(4 * (settings.workers + settings.max_queue) + 256)  # sockets + per-run pipes
     try:
         plan = plan_isolation(settings)
     except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:

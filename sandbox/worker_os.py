@@ -88,6 +88,15 @@ def _set_rlimit(which: int, soft: int, hard: int | None = None) -> None:
     resource.setrlimit(which, (soft, hard))
 
 
+def raise_open_file_limit(wanted: int) -> None:
+    """Every connection held at once is a file descriptor (the server's queued requests, the burst bench's clients):
+    lift a 1,024 soft limit towards ``wanted``, at most to the hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def _vm_size_bytes() -> int:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[0]) * resource.getpagesize()

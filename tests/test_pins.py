@@ -8,6 +8,7 @@ import pytest
 from kit_testing import REPO_ROOT
 
 from npu_kernels import pins
+from npu_kernels.cli_errors import EXIT_USAGE, UsageError
 
 
 def test_bash_and_python_read_the_same_pins() -> None:
@@ -46,6 +47,15 @@ def test_installed_packages_match_pins() -> None:
 def test_parser_rejects_what_bash_and_python_would_read_differently(bad: str) -> None:
     with pytest.raises(ValueError):
         pins.parse(bad)
+
+
+def test_a_damaged_pins_file_is_a_usage_error_naming_the_line() -> None:
+    """The image scripts (platform/images.py, recipes/launch/containers.py) print a UsageError as one line, exit 2:
+    a damaged pins.env must be one, not a bare ValueError that ends in a traceback."""
+    with pytest.raises(UsageError) as caught:
+        pins.parse("A=1\nbroken line")
+    assert caught.value.exit_code == EXIT_USAGE
+    assert "pins.env line 2" in caught.value.what and "pins.env" in caught.value.fix
 
 
 def test_no_version_pin_is_written_outside_pins_env() -> None:

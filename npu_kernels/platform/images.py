@@ -304,10 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog, argv = f"{prog} build", argv[1:]
     try:
         return main_build(argv, prog)
-    except ScriptError as exc:
+    except UsageError as exc:  # ScriptError, a KIT_HW that names no profile, a damaged pins.env (pins.PinsError)
         return fail(short_name(prog), exc.what, exc.fix, exc.exit_code)
-    except ValueError as exc:  # a damaged pins.env, one clear line
-        return fail(short_name(prog), str(exc), code=EXIT_USAGE)
 
 
 if __name__ == "__main__":

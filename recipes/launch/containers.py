@@ -267,10 +267,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         cmd, dry_run = compose(platform, argv, os.environ, say, prog)
-    except UsageError as exc:  # ScriptError, or a KIT_HW that names no profile (profiles.UnknownHardwareError)
+    except UsageError as exc:  # ScriptError, a KIT_HW that names no profile, a damaged pins.env (pins.PinsError)
         return fail(name, exc.what, exc.fix, exc.exit_code)
-    except ValueError as exc:  # a damaged pins.env (npu_kernels/pins.py:28-34), one clear line
-        return fail(name, str(exc), code=EXIT_USAGE)
     if dry_run:
         print(shlex.join(cmd))
         return 0

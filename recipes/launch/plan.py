@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from npu_kernels.cli_errors import UsageError  # the request itself is wrong: a bad override, profile, ...
 from npu_kernels.platform import PROFILES, current_platform
-from recipes.launch import budget, checks, cluster, compose, inputs, memory, paths, ray_cpus, trace
+from recipes.launch import budget, checks, cluster, compose, inputs, memory, multinode, paths, ray_cpus, trace
 from recipes.launch import parity as parity_settings
 from recipes.launch.catalog import CONFIG_DIR, Recipe
 from recipes.launch.compose import ConfigError
@@ -413,10 +413,8 @@ def _multi_node_notes(plan: Plan, environ: Mapping[str, str]) -> None:
             f"trainer.nnodes={nnodes}: start Ray on every node first (scripts/ray_cluster.sh head|worker --hw "
             f"{plan.hw}); the launch checks `scripts/ray_cluster.sh status --hw {plan.hw} --nodes {nnodes}`"
         )
-        from recipes.launch.multinode import loopback_sandbox_warning
-
         url = OmegaConf.select(cfg, f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL")
-        plan.warnings += [w for w in [loopback_sandbox_warning(str(url) if url else None, nnodes)] if w]
+        plan.warnings += [w for w in [multinode.loopback_sandbox_warning(str(url) if url else None, nnodes)] if w]
         return
     _torchrun_rendezvous(plan, nnodes, environ, on_node=False)
     if any(not environ.get(name, "").strip() for name in ("MASTER_ADDR", "NODE_RANK")):
@@ -428,8 +426,6 @@ def _multi_node_notes(plan: Plan, environ: Mapping[str, str]) -> None:
 
 def _torchrun_rendezvous(plan: Plan, nnodes: int, environ: Mapping[str, str], *, on_node: bool) -> None:
     """Multi-node torchrun: rendezvous variables validated, socket interface in ``plan.env`` (multinode)."""
-    from recipes.launch import multinode
-
     found = multinode.torchrun_findings(plan.hw, nnodes, environ, on_node=on_node)
     plan.errors += found.errors
     plan.warnings += found.warnings
@@ -441,8 +437,7 @@ def _argv(plan: Plan, overrides: Sequence[str], environ: Mapping[str, str]) -> l
     assert plan.cfg is not None
     config = ["--config-path", str(CONFIG_DIR), "--config-name", plan.recipe.config_name]
     if plan.recipe.phase == "sft":
-        from recipes.launch.multinode import torchrun_args
-
-        launcher = [sys.executable, "-m", "torch.distributed.run", *torchrun_args(plan.cfg, environ), "-m", SFT_ENTRY]
+        torchrun = multinode.torchrun_args(plan.cfg, environ)
+        launcher = [sys.executable, "-m", "torch.distributed.run", *torchrun, "-m", SFT_ENTRY]
         return [*launcher, *config, *overrides]
     return [sys.executable, "-m", RL_ENTRY, *config, *overrides]
