@@ -305,6 +305,43 @@ def require_vllm() -> None:
     pytest.skip(f"needs vLLM's CPU build: this interpreter rolls out with {engine.note}")
 
 
+def vllm_server_args(model: Path, overrides: list[str], replica_rank: int = 0) -> object:
+    """The ``argparse.Namespace`` verl's ``vLLMHttpServerBase.launch_server`` builds for vLLM, without an engine.
+
+    The server is made as :func:`vllm_server` makes it (standalone, on the rollout config verl composes from
+    ``overrides``), at ``replica_rank``; its ``run_server`` is replaced by a recorder, so only verl's own argument
+    building and vLLM's parser run (no model load). A Ray it starts is shut down; one already running is kept.
+    """
+    import asyncio
+
+    import ray
+    from verl.utils.config import omega_conf_to_dataclass
+    from verl.workers.config import HFModelConfig
+    from verl.workers.rollout.replica import RolloutMode
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServerBase
+
+    config = ppo_config([f"actor_rollout_ref.model.path={model}", *overrides])
+    model_config = omega_conf_to_dataclass(config.actor_rollout_ref.model, dataclass_type=HFModelConfig)
+    server = vLLMHttpServerBase(
+        config.actor_rollout_ref.rollout, model_config, RolloutMode.STANDALONE, [], replica_rank, 0, 1, 1
+    )
+    recorded = []
+
+    async def record(args: object) -> None:
+        recorded.append(args)
+
+    server.run_server = record
+    started = not ray.is_initialized()  # launch_server's ray.get of the (no) workers' addresses needs a Ray
+    if started:
+        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        asyncio.run(server.launch_server())
+    finally:
+        if started:
+            ray.shutdown()
+    return recorded[0]
+
+
 @contextlib.contextmanager
 def vllm_server(model: Path, overrides: list[str]) -> Iterator[object]:
     """verl's real ``vLLMHttpServerBase`` on vLLM's CPU build, serving ``model`` in this process, launched.

@@ -21,7 +21,7 @@ from kit_testing import kit_env, require_vllm, tiny_model_dir, vllm_server
 
 from npu_kernels import pins
 from npu_kernels.platform import CPU, CUDA, NPU, vllm_cpu
-from npu_kernels.platform.base import RL_ROLLOUT_NAME_KEY, RL_VLLM_SLEEP_MODE_KEY
+from npu_kernels.platform.base import RL_PREFIX_CACHING_KEY, RL_ROLLOUT_NAME_KEY, RL_VLLM_SLEEP_MODE_KEY
 
 
 def test_alias_wheel_is_a_valid_metadata_only_wheel(tmp_path: Path) -> None:
@@ -76,12 +76,14 @@ def test_engine_falls_back_to_hf_with_a_reason(monkeypatch: pytest.MonkeyPatch) 
     assert f"{RL_ROLLOUT_NAME_KEY}=hf" in CPU.verl_overrides("rl")
 
 
-def test_sleep_mode_is_off_on_cpu_only() -> None:
+def test_sleep_mode_and_prefix_caching_are_off_on_cpu_only() -> None:
     cpu = CPU.verl_overrides("rl")
     assert f"{RL_VLLM_SLEEP_MODE_KEY}=False" in cpu and "actor_rollout_ref.rollout.enforce_eager=True" in cpu
+    assert f"{RL_PREFIX_CACHING_KEY}=False" in cpu  # IPEX's decode kernel (tests/cpu/test_cpu_grpo_prefix_groups.py)
     for platform in (NPU, CUDA):  # vLLM's sleep mode is what frees the device for training there: keep verl's
         overrides = platform.verl_overrides("rl")
-        assert not [o for o in overrides if "enable_sleep_mode" in o or RL_ROLLOUT_NAME_KEY in o], overrides
+        changed = ("enable_sleep_mode", RL_ROLLOUT_NAME_KEY, RL_PREFIX_CACHING_KEY)
+        assert not [o for o in overrides if any(key in o for key in changed)], overrides
 
 
 def test_vllm_refuses_verls_sleep_mode_on_cpu() -> None:

@@ -38,6 +38,7 @@ RL_TORCH_COMPILE_KEY = "actor_rollout_ref.actor.use_torch_compile"
 RL_RAY_NUM_CPUS_KEY = "ray_kwargs.ray_init.num_cpus"
 RL_ROLLOUT_NAME_KEY = "actor_rollout_ref.rollout.name"
 RL_ENFORCE_EAGER_KEY = "actor_rollout_ref.rollout.enforce_eager"
+RL_PREFIX_CACHING_KEY = "actor_rollout_ref.rollout.enable_prefix_caching"
 # The job-wide environment of an RL run: Ray gives it to every worker on every node (the vLLM engines included).
 RL_JOB_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
 # verl 0.6.1 hard-codes enable_sleep_mode=True in the vLLM server's engine arguments and merges
@@ -201,6 +202,9 @@ class Platform(ABC):
     vllm_sleep_mode: ClassVar[bool] = True
     #: vLLM must run eager here (no graph capture): emitted as ``rollout.enforce_eager``; None leaves the recipe's.
     vllm_enforce_eager: ClassVar[bool | None] = None
+    #: vLLM's prefix caching setting here, emitted as ``rollout.enable_prefix_caching`` (a False reaches vLLM only
+    #: with patch 0026); None leaves the recipe's (verl's default: on).
+    vllm_prefix_caching: ClassVar[bool | None] = None
 
     # -- probes
 
@@ -269,10 +273,13 @@ class Platform(ABC):
 
     def rollout_overrides(self) -> list[str]:
         """What verl's vLLM rollout needs on this platform: sleep mode off where vLLM refuses it, eager where graphs
-        cannot run. Subclasses that choose the engine themselves add ``rollout.name``."""
+        cannot run, prefix caching off where it breaks. Subclasses that choose the engine themselves add
+        ``rollout.name``."""
         overrides = [] if self.vllm_sleep_mode else [f"{RL_VLLM_SLEEP_MODE_KEY}=False"]
         if self.vllm_enforce_eager is not None:
             overrides.append(f"{RL_ENFORCE_EAGER_KEY}={self.vllm_enforce_eager}")
+        if self.vllm_prefix_caching is not None:
+            overrides.append(f"{RL_PREFIX_CACHING_KEY}={self.vllm_prefix_caching}")
         return overrides
 
     def dtype_overrides(self, phase: str) -> list[str]:

@@ -91,8 +91,7 @@ ENV_TABLE: EnvTable = (
             "threads per vLLM server: vLLM's default, explicit. Its CPU worker runs inside each trainer rank "
             "(verl vllm_rollout_spmd.py:581-597) and 'auto' gives that process one OpenMP thread per core of NUMA "
             "node 0 (vllm/v1/worker/cpu_worker.py:38-66). An explicit list cannot work with 2+ ranks: vLLM slices it "
-            "to the local DP group, then indexes it by global rank (:54-61, IndexError on rank 1), and back to 1 "
-            "thread IPEX's decode kernel fails ('Sliding window unsupported'); measured: scripts/bench_cpu_step.py",
+            "to the local DP group, then indexes it by global rank (:54-61, IndexError on rank 1)",
         ),
     ),
 )
@@ -121,6 +120,12 @@ class CpuPlatform(Platform):
     vllm_sleep_mode = False
     # vLLM's CPU backend captures no graphs; verl's default is enforce_eager=False (rollout.yaml:38).
     vllm_enforce_eager = True
+    # With prefix caching on, IPEX's decode kernel raises "Sliding window unsupported" (vllm/v1/attention/backends/
+    # cpu_attn.py:909, intel_extension_for_pytorch mha_fusion.py:424) and the engine dies (EngineDeadError) when a
+    # decode batch's sequences share cached prompt blocks in groups: GRPO groups (n >= 4) whose members find their
+    # prompt's first block cached, as every turn after the first of a multi-turn rollout does. Measured:
+    # tests/cpu/test_cpu_grpo_prefix_groups.py dies in step 1 with it on (2 of 2 runs) and completes with it off.
+    vllm_prefix_caching = False
 
     def is_available(self) -> bool:
         return True

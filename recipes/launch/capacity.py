@@ -247,3 +247,37 @@ def recipe_demand(recipe: str, hw: str, *, shared: bool = False) -> Demand:
     if found is None:
         raise ValueError(f"recipe {recipe} runs no sandbox tool")
     return found
+
+
+# -- the rollout servers: generate calls in flight per replica against what one server actor runs at once
+
+#: Ray runs at most this many calls of an async actor at once unless the actor is created with ``max_concurrency``
+#: (ray.actor.ActorClass.options: "1000 for asyncio execution").
+RAY_ASYNC_ACTOR_CONCURRENCY = 1000
+#: Calls a rollout server actor keeps for its control methods (verl ``replica.py`` CONTROL_METHOD_CONCURRENCY, 16,
+#: added by patch 0028 with ``RolloutReplica.max_concurrency``).
+SERVER_CONTROL_CALLS = 16
+
+
+def server_admits(max_num_seqs: int) -> int:
+    """Generate calls one rollout server actor runs at once: patch 0028's ``RolloutReplica.max_concurrency``
+    (tests/recipes/test_rollout_in_flight.py holds the two to the same numbers)."""
+    return max(RAY_ASYNC_ACTOR_CONCURRENCY, max_num_seqs + SERVER_CONTROL_CALLS)
+
+
+def rollout_in_flight(cfg: DictConfig, replicas: int) -> str | None:
+    """The async rollout's peak: every trajectory of a step is one generate call in flight, spread over the
+    replicas; a server admits :func:`server_admits` of them and vLLM decodes up to ``max_num_seqs``, the rest wait
+    in vLLM's queue. None without server actors (a sync rollout, or the hf rollout, whose server is the worker)."""
+    rollout = cfg.actor_rollout_ref.rollout
+    if rollout.mode != "async" or rollout.name not in ("vllm", "sglang"):
+        return None
+    trajectories = int(cfg.data.train_batch_size) * int(rollout.n)
+    per_replica = math.ceil(trajectories / max(1, replicas))
+    seqs = int(rollout.max_num_seqs)
+    return (
+        f"{per_replica:,} generate calls per replica at a step's peak ({trajectories:,} trajectories / {replicas}); "
+        f"its server admits {server_admits(seqs):,} at once (max({RAY_ASYNC_ACTOR_CONCURRENCY}, max_num_seqs "
+        f"{seqs:,} + {SERVER_CONTROL_CALLS}), patch 0028), the engine runs up to max_num_seqs {seqs:,}"
+    )
+

@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from npu_kernels.platform import PROFILES, current_platform
-from recipes.launch import budget, inputs, memory, parity, ray_cpus, trace
+from recipes.launch import budget, capacity, inputs, memory, parity, ray_cpus, trace
 from recipes.launch.checks import world_size
 from recipes.launch.plan import Plan
 
@@ -203,6 +203,7 @@ def _rl_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
             f"gpu_memory_utilization {arr.rollout.gpu_memory_utilization}, "
             f"{_flag(arr.rollout.enforce_eager, 'eager', 'graphs')}, {arr.rollout.agent.num_workers} agent workers",
         ),
+        *[("in flight", row) for row in [capacity.rollout_in_flight(cfg, max(1, world // tp))] if row],
         ("ray cpus", _ray_cpus_row(cfg)),
         (
             "batch",

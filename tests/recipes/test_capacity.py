@@ -202,3 +202,25 @@ def test_the_dry_run_compares_the_recipe_with_the_running_sandbox(
     fake_sandbox.health = {"status": "ok", "workers": 2, "max_queue": 1024}
     built = plan.build(RECIPES["qwen3_4b_dapo"], "a3", environ=environ)
     assert not any("requests at once" in m or "capacity" in m for m in built.errors + built.warnings), built.warnings
+
+
+# -- the rollout servers (issue 30 item 5): what the plan says a server admits is what patch 0028 makes Ray allow
+
+
+@pytest.mark.parametrize("max_num_seqs", [64, 984, 985, 1024, 4096])
+def test_server_admits_what_the_patched_replica_asks_ray_for(max_num_seqs: int) -> None:
+    from types import SimpleNamespace
+
+    from verl.workers.rollout.replica import RolloutReplica
+
+    replica = SimpleNamespace(config=SimpleNamespace(max_num_seqs=max_num_seqs))
+    assert capacity.server_admits(max_num_seqs) == RolloutReplica.max_concurrency.fget(replica)
+
+
+def test_the_plan_shows_generate_calls_per_replica_against_the_server() -> None:
+    cfg = _cfg("qwen2.5_32b_dapo", "h200")  # 512 x 16 trajectories over 2 replicas of TP 4
+    row = capacity.rollout_in_flight(cfg, replicas=2)
+    assert row is not None and row.startswith("4,096 generate calls per replica"), row
+    assert "admits 1,040 at once" in row and "max_num_seqs 1,024" in row, row
+    sync = _cfg("qwen2.5_32b_dapo", "h200", "actor_rollout_ref.rollout.mode=sync")
+    assert capacity.rollout_in_flight(sync, replicas=2) is None
