@@ -452,7 +452,9 @@ def test_verl_tool_agent_loop_tokenization(tok) -> None:
     out = asyncio.run(go())
     assert tool.calls == [{"code": "print(6*7)"}]
     assert out.prompt_ids == tok.apply_chat_template(messages, tools=[CODE_TOOL], add_generation_prompt=True)
-    tool_turn = "<|im_start|>user\n<tool_response>\n42\n\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    # "\n" first: the separator the template puts after the assistant's <|im_end|>, which generation never emits
+    # (patch 0023; verl 0.6.1 dropped it, so the rollout differed from the template's rendering of the same chat)
+    tool_turn = "\n<|im_start|>user\n<tool_response>\n42\n\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
     tool_ids = tok.encode(tool_turn, add_special_tokens=False)
     assert out.response_ids == turn1 + tool_ids + turn2
     assert out.response_mask == [1] * len(turn1) + [0] * len(tool_ids) + [1] * len(turn2)
