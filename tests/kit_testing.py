@@ -18,6 +18,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import tarfile
 import textwrap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -256,9 +257,11 @@ def step_metrics(text: str) -> dict[int, dict[str, float]]:
 
 @dataclass
 class UnpatchedVerl:
-    """An importable copy of the unpatched verl package, and a way to run a check against it."""
+    """An importable copy of the unpatched verl package (or of the series less one patch), and a way to run a check
+    against it."""
 
     root: Path
+    label: str = "UNPATCHED verl 0.6.1"
 
     def run(self, test_file: str, func: str, timeout: float = 300) -> subprocess.CompletedProcess:
         code = textwrap.dedent(
@@ -279,12 +282,39 @@ class UnpatchedVerl:
         the same bug can surface as different messages of torch's CPU and CUDA builds)."""
         proc = self.run(test_file, func, timeout=timeout)
         out = proc.stdout + proc.stderr
-        assert proc.returncode != 0, f"{func} passed on UNPATCHED verl 0.6.1; the test does not cover its patch:\n{out}"
+        assert proc.returncode != 0, f"{func} passed on {self.label}; the test does not cover its patch:\n{out}"
         matches = (match,) if isinstance(match, str) else match
         assert any(m in out for m in matches), (
-            f"{func} failed on unpatched verl, but not with {matches!r}:\n{out[-4000:]}"
+            f"{func} failed on {self.label}, but not with {matches!r}:\n{out[-4000:]}"
         )
         return out
+
+
+def extract_verl(revision: str, dest: Path) -> Path:
+    """The ``verl`` package of the patched tree at ``revision`` (``v0.6.1``: unpatched; ``HEAD``: the series),
+    extracted into ``dest``, which goes first on PYTHONPATH to import it."""
+    archive = dest / "verl.tar"
+    subprocess.run(
+        ["git", "-C", str(verl_tree()), "archive", "--format=tar", "-o", str(archive), revision, "verl"], check=True
+    )
+    with tarfile.open(archive) as tar:
+        tar.extractall(dest, filter="data")
+    archive.unlink()
+    return dest
+
+
+def verl_without_patch(dest: Path, patch_number: str) -> UnpatchedVerl:
+    """The kit's patched verl (the tree's HEAD) with one patch of the series reverse-applied, extracted into ``dest``.
+
+    For the end-to-end checks of a patch: a real trainer run on CPU needs the kit's CPU patches, which unpatched 0.6.1
+    lacks (it dies for want of them before it reaches the bug), so such a check runs against the series minus the
+    one patch it covers. The patch file itself (``patches/<patch_number>-*.patch``) is reverse-applied, so this fails
+    loudly when the tree does not hold it.
+    """
+    (patch,) = sorted((REPO_ROOT / "patches").glob(f"{patch_number}-*.patch"))
+    extract_verl("HEAD", dest)
+    subprocess.run(["git", "apply", "--reverse", str(patch)], cwd=dest, check=True)
+    return UnpatchedVerl(dest, label=f"the kit's verl without patch {patch.name}")
 
 
 #: Set by .ci/run: a machine where vLLM's CPU build cannot be imported fails the vLLM tests instead of skipping them.

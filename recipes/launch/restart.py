@@ -36,8 +36,10 @@ from typing import IO, TextIO
 
 from recipes.smoke.supervisor import kill_group  # one way to end a process group, shared with the smoke
 
-#: verl's console logger: ``step:12 - actor/pg_loss:... - ...`` (verl/utils/tracking.py, _ConsoleLogger).
-STEP_LINE = re.compile(r"(?:^|\s)step:(\d+)(?:\s+-|\s*$)")
+#: verl's console logger: ``step:12 - actor/pg_loss:... - ...`` (verl/utils/tracking.py, _ConsoleLogger). The SFT
+#: trainer's progress bar (tqdm, no newline) can come right before it on the same line: ``...2.63s/it]step:1 - ...``;
+#: a metric key ending in ``step`` (``training/global_step:3``, ``timing_s/step:7.4``) is not a step line.
+STEP_LINE = re.compile(r"(?<![\w/])step:(\d+)(?:\s+-|\s*$)")
 TRACKER = "latest_checkpointed_iteration.txt"
 RESUME_KEY = "trainer.resume_mode"
 #: seconds a killed attempt's processes get between SIGTERM and SIGKILL

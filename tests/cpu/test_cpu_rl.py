@@ -34,7 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kit_testing import REPO_ROOT, kit_env, step_metrics, tiny_model_dir
+from kit_cpu_ppo import common_overrides, ppo_env, run_ppo
+from kit_testing import REPO_ROOT, step_metrics, tiny_model_dir
 from omegaconf import OmegaConf
 
 from npu_kernels.platform import CPU
@@ -113,61 +114,6 @@ def assets(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     }
 
 
-def _common_overrides(assets: dict[str, Path], ckpt: Path) -> list[str]:
-    return [
-        # the platform's own settings (device, FSDP2, sdpa, fp32 compute, no torch.compile, Ray CPUs)
-        *CPU.verl_overrides("rl"),
-        "algorithm.adv_estimator=grpo",
-        "algorithm.use_kl_in_reward=False",
-        f"data.train_files={assets['data']}",
-        f"data.val_files={assets['data']}",
-        "data.train_batch_size=2",
-        "data.dataloader_num_workers=0",
-        f"actor_rollout_ref.model.path={assets['model']}",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.actor.optim.lr=1e-3",
-        "actor_rollout_ref.rollout.n=4",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
-        f"custom_reward_function.path={assets['reward']}",
-        "custom_reward_function.name=compute_score",
-        "trainer.n_gpus_per_node=2",
-        "trainer.nnodes=1",
-        "trainer.logger=['console']",
-        "trainer.test_freq=-1",
-        "trainer.val_before_train=False",
-        f"trainer.default_local_dir={ckpt}",
-        "trainer.project_name=kit-cpu-rl",
-        "trainer.experiment_name=tiny",
-    ]
-
-
-def _ppo_env(pythonpath: Path, **env_extra: str) -> dict[str, str]:
-    """What main_ppo runs with here: the kit's environment, the test's tool/reward folder and the sabotage switches."""
-    env = kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", **env_extra)
-    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(pythonpath), str(SABOTAGE_DIR)])
-    return env
-
-
-def _run_ppo(overrides: list[str], log: Path, pythonpath: Path, timeout: float = 420, **env_extra: str) -> float:
-    env = _ppo_env(pythonpath, **env_extra)
-    t0 = time.perf_counter()
-    with open(log, "w") as f:
-        proc = subprocess.run(
-            [sys.executable, "-m", "verl.trainer.main_ppo", *overrides],
-            env=env,
-            cwd=log.parent,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-        )
-    wall = time.perf_counter() - t0
-    assert proc.returncode == 0, f"main_ppo failed (rc={proc.returncode}):\n{log.read_text()[-8000:]}"
-    return wall
-
-
 def _check_steps(log: Path, expected: list[int]) -> dict[int, dict[str, float]]:
     text = log.read_text()
     steps = step_metrics(text)
@@ -191,7 +137,7 @@ def _timing(steps: dict[int, dict[str, float]]) -> str:
 def test_sync_grpo_survives_a_killed_worker_and_a_killed_driver(assets: dict[str, Path], tmp_path: Path) -> None:
     ckpt = tmp_path / "ckpt"
     overrides = [
-        *_common_overrides(assets, ckpt),
+        *common_overrides(assets, ckpt),
         "data.max_prompt_length=64",
         "data.max_response_length=32",
         "actor_rollout_ref.rollout.name=hf",
@@ -294,7 +240,7 @@ def _supervise_ppo(overrides: list[str], log: Path, pythonpath: Path, ckpt: Path
     """The trainer under the launcher's supervisor (``--max-restarts 2``); an FSDP worker is SIGKILLed once the
     tracker names step 1 and step 1 is logged, the driver once the same holds for step 2. Returns the two faults
     as they happened."""
-    env = _ppo_env(pythonpath, KIT_FAULT_RUN=str(ckpt))
+    env = ppo_env(pythonpath, KIT_FAULT_RUN=str(ckpt))
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     script = (
         "import sys, os; from pathlib import Path; from recipes.launch import restart; "
@@ -330,7 +276,6 @@ def _supervise_ppo(overrides: list[str], log: Path, pythonpath: Path, ckpt: Path
     return faults
 
 
-SABOTAGE_DIR = REPO_ROOT / "tests" / "sabotage"  # test-only switches that break what a check guards
 SHARP_INIT_RANGE = 0.3  # outputs that move when weights move (near-uniform at transformers' 0.02)
 SYNC_SEPARATION = 10  # the sync check's measure must separate synced from stale by at least this factor
 
@@ -348,7 +293,7 @@ def async_runs(assets: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
     ):
         run_dir = tmp_path_factory.mktemp(f"async-{name}")
         overrides = _async_overrides(assets, run_dir / "ckpt", model, traced=name == "shipped")
-        wall = _run_ppo(overrides, run_dir / "async.log", assets["pythonpath"], **env)
+        wall = run_ppo(overrides, run_dir / "async.log", assets["pythonpath"], **env)
         runs[name] = {"steps": _check_steps(run_dir / "async.log", [1, 2]), "dir": run_dir, "wall": wall}
         print(f"\n[cpu-rl] async run ({name}): wall {wall:.1f}s; {_timing(runs[name]['steps'])}")
     return runs
@@ -356,7 +301,7 @@ def async_runs(assets: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
 
 def _async_overrides(assets: dict[str, Path], ckpt: Path, model: Path, *, traced: bool) -> list[str]:
     overrides = [
-        *_common_overrides(assets, ckpt),
+        *common_overrides(assets, ckpt),
         f"actor_rollout_ref.model.path={model}",
         "actor_rollout_ref.actor.optim.lr=1e-2",  # one update must move the sharp model's outputs measurably
         # the tool schema in the system prompt makes the prompt ~190 tokens with the Qwen tokenizer

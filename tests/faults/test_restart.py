@@ -117,6 +117,14 @@ def test_step_lines_are_read_with_ray_prefixes() -> None:
     assert restart.STEP_LINE.search("Training Progress: step:3/10") is None
 
 
+def test_step_lines_are_read_after_the_sft_progress_bar() -> None:
+    """fsdp_sft_trainer's tqdm bar (stderr, no newline) and its console logger (stdout) share the supervisor's pipe."""
+    line = "\rEpoch 1/3:  50%|█████     | 1/2 [00:02<00:02,  2.63s/it]step:1 - train/loss:11.9 - train/lr(1e-3):0.0"
+    assert restart.STEP_LINE.search(line).group(1) == "1"
+    assert restart.STEP_LINE.search("step:3 - training/global_step:3 - timing_s/step:7 - x:1").group(1) == "3"
+    assert restart.STEP_LINE.search("training/global_step:3 - timing_s/step:7 - x:1") is None
+
+
 def test_run_cli_checks_max_restarts_and_shows_it_in_the_dry_run() -> None:
     base = [sys.executable, "-m", "recipes.launch", "run", "qwen3_4b_dapo", "--hw", "a3", "--no-path-check"]
     bad = subprocess.run([*base, "--max-restarts", "-1"], env=kit_env(), cwd=REPO_ROOT, capture_output=True, text=True)
