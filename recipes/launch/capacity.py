@@ -280,4 +280,3 @@ def rollout_in_flight(cfg: DictConfig, replicas: int) -> str | None:
         f"its server admits {server_admits(seqs):,} at once (max({RAY_ASYNC_ACTOR_CONCURRENCY}, max_num_seqs "
         f"{seqs:,} + {SERVER_CONTROL_CALLS}), patch 0028), the engine runs up to max_num_seqs {seqs:,}"
     )
-
