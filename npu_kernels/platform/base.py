@@ -39,6 +39,8 @@ RL_RAY_NUM_CPUS_KEY = "ray_kwargs.ray_init.num_cpus"
 RL_ROLLOUT_NAME_KEY = "actor_rollout_ref.rollout.name"
 RL_ENFORCE_EAGER_KEY = "actor_rollout_ref.rollout.enforce_eager"
 RL_PREFIX_CACHING_KEY = "actor_rollout_ref.rollout.enable_prefix_caching"
+# A module verl's FSDP workers import before they build anything (fsdp_workers.py import_external_libs).
+RL_EXTERNAL_LIB_KEY = "actor_rollout_ref.model.external_lib"
 # The job-wide environment of an RL run: Ray gives it to every worker on every node (the vLLM engines included).
 RL_JOB_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
 # verl 0.6.1 hard-codes enable_sleep_mode=True in the vLLM server's engine arguments and merges

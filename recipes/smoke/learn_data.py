@@ -1,18 +1,19 @@
-"""The learning check's task: a question only the code interpreter can answer, and data that leave room to learn.
+"""The learning check's task: products only the code interpreter computes, and data that leave RL something to learn.
 
-Task: "What is the last digit of $a^{b}$?" with a in {2, 3, 7, 8} and a two-digit b. The last digit cycles with
-period 4 in b for these bases, so a model that cannot compute guesses right about one time in four at best; with the
-tool it writes ``print(a**b)``, reads a 7-90 digit number back and boxes its last digit. Everything it has to learn
-is within reach of the smoke's 64-wide, 2-layer model: two one-digit and one two-digit copy from the prompt into the
-call, and one copy of the digit that ends the tool output.
+Task: "What is a * b?" with a and b four-digit numbers. SmolLM2-135M cannot multiply in its head ("4831 * 2917 =
+144342." greedy: a wrong number every time at this size); with the tool it writes ``print(a * b)``, reads the
+seven- or eight-digit product back and boxes it. What it has to do is within its reach: copy two numbers from the
+question into the call and one from the tool's output into the answer.
 
-Data, in the real source schemas (so they pass through ``retool-prepare`` like the real datasets):
+Data, in the real source schemas (so they pass through ``retool-prepare`` like the real datasets), with a short
+question as the user message (``retool-prepare sft --keep-prompts``; RL and validation rows already in the kit's RL
+schema): the kit's long instruction would triple every sequence the CPU trains on.
 
 * SFT (JoeYing/ReTool-SFT raw rows): a share ``tool_share`` of the trajectories call the tool and answer right; the
-  rest answer at once with a guessed digit. SFT teaches the format and the copy; the policy it leaves calls the tool
-  only sometimes, which is what RL has to change (as in ReTool, where RL raises tool use and accuracy together).
-* RL train (DAPO-Math-17k rows) and validation (``problem``/``answer`` rows): problems never seen in SFT, and the
-  validation problems never seen in training.
+  rest answer at once with a guess (the product with its last digits made up), which is wrong. SFT teaches the
+  format and the copies; the policy it leaves calls the tool only sometimes, which is what RL has to change (as in
+  ReTool, where RL raises tool use and accuracy together).
+* RL train and validation: products never seen in SFT, and the validation products never seen in training.
 
 Deterministic for a seed: ``python -m recipes.smoke.learn_data --out DIR --seed 1``.
 """
@@ -27,73 +28,89 @@ from pathlib import Path
 from typing import Any
 
 from npu_kernels.cli_errors import entry_point
-from recipes.smoke.make_data import DAPO_TEMPLATE, RETOOL_TEMPLATE
+from recipes.retool.schema import ABILITY, AGENT_NAME
 
-BASES = (2, 3, 7, 8)
-EXPONENTS = range(11, 100)
+OPERANDS = range(1000, 10000)
 #: The validation split's data_source: what the val metrics are keyed by (val-core/<source>/acc/mean@k).
-VAL_SOURCE = "last_digit"
+VAL_SOURCE = "product"
+TRAIN_SOURCE = "product_train"
+#: Trailing digits of the product a guess makes up (the leading ones a model might estimate).
+GUESSED_DIGITS = 4
 
 
 @dataclass(frozen=True)
 class Problem:
-    base: int
-    exponent: int
+    a: int
+    b: int
 
     @property
     def text(self) -> str:
-        return f"What is the last digit of ${self.base}^{{{self.exponent}}}$?"
+        return f"What is {self.a} * {self.b}? Put the result in \\boxed{{}}."
 
     @property
     def code(self) -> str:
-        return f"print({self.base}**{self.exponent})"
+        return f"print({self.a} * {self.b})"
 
     @property
     def output(self) -> str:
-        return str(self.base**self.exponent)
+        return str(self.a * self.b)
 
     @property
     def answer(self) -> str:
-        return self.output[-1]
+        return self.output
+
+    def guess(self, rng: random.Random) -> str:
+        """A wrong answer of the right length: the product's leading digits, the last ones made up."""
+        head = self.output[:-GUESSED_DIGITS]
+        while True:
+            tail = "".join(str(rng.randrange(10)) for _ in range(GUESSED_DIGITS))
+            if head + tail != self.output:
+                return head + tail
 
 
 @dataclass(frozen=True)
 class Sizes:
     """Rows per split and the share of SFT trajectories that use the tool."""
 
-    sft: int = 128
-    train: int = 96
+    sft: int = 96
+    train: int = 256
     val: int = 64
     tool_share: float = 0.5
 
 
 def split(seed: int, sizes: Sizes) -> tuple[list[Problem], list[Problem], list[Problem]]:
-    """Disjoint SFT, RL-train and validation problems, shuffled by ``seed``."""
-    problems = [Problem(a, b) for a in BASES for b in EXPONENTS]
+    """Disjoint SFT, RL-train and validation problems (no product asked twice), drawn by ``seed``."""
+    rng = random.Random(seed)
     need = sizes.sft + sizes.train + sizes.val
-    if need > len(problems):
-        raise ValueError(f"{need} problems asked for, the task has {len(problems)}")
-    random.Random(seed).shuffle(problems)
-    return (
-        problems[: sizes.sft],
-        problems[sizes.sft : sizes.sft + sizes.train],
-        problems[sizes.sft + sizes.train : need],
-    )
+    problems: dict[tuple[int, int], Problem] = {}
+    while len(problems) < need:
+        a, b = rng.choice(OPERANDS), rng.choice(OPERANDS)
+        problems.setdefault((min(a, b), max(a, b)), Problem(a, b))
+    drawn = list(problems.values())
+    return drawn[: sizes.sft], drawn[sizes.sft : sizes.sft + sizes.train], drawn[sizes.sft + sizes.train :]
 
 
-def sft_row(problem: Problem, with_tool: bool, guess: str) -> dict[str, Any]:
+def sft_row(problem: Problem, with_tool: bool, rng: random.Random) -> dict[str, Any]:
     """A ReTool-SFT raw row: with the tool, the code, its output and the right answer; without, a guess."""
-    answer = f"<answer>\n\\boxed{{{problem.answer if with_tool else guess}}}\n</answer>"
     if with_tool:
-        answer = (
+        text = (
             f"<code>\n```python\n{problem.code}\n```\n</code>\n<interpreter>\n{problem.output}\n</interpreter>\n"
-            + answer
+            f"<answer>\nThe result is \\boxed{{{problem.answer}}}.\n</answer>"
         )
+    else:
+        text = f"<answer>\nThe result is \\boxed{{{problem.guess(rng)}}}.\n</answer>"
+    return {"messages": [{"role": "user", "content": problem.text}, {"role": "assistant", "content": text}]}
+
+
+def rl_row(problem: Problem, source: str, index: int, split_name: str) -> dict[str, Any]:
+    """A row in the kit's RL schema (``retool-prepare`` passes such rows through, checked)."""
     return {
-        "messages": [
-            {"role": "user", "content": RETOOL_TEMPLATE.replace("{problem}", problem.text)},
-            {"role": "assistant", "content": answer},
-        ]
+        "data_source": source,
+        "prompt": [{"role": "user", "content": problem.text}],
+        "ability": ABILITY,
+        "reward_model": {"style": "rule", "ground_truth": problem.answer},
+        "agent_name": AGENT_NAME,
+        "extra_info": {"index": index, "split": split_name, "problem": problem.text},
     }
 
 
@@ -102,19 +119,11 @@ def build(seed: int, sizes: Sizes = Sizes()) -> dict[str, list[dict[str, Any]]]:
     sft, train, val = split(seed, sizes)
     rng = random.Random(seed + 1)
     tools = set(rng.sample(range(len(sft)), round(sizes.tool_share * len(sft))))
-    sft_rows = [sft_row(p, i in tools, str(rng.randrange(10))) for i, p in enumerate(sft)]
-    train_rows = [
-        {
-            "data_source": "learn_train",
-            "prompt": [{"role": "user", "content": DAPO_TEMPLATE.replace("{problem}", p.text)}],
-            "ability": "MATH",
-            "reward_model": {"ground_truth": p.answer, "style": "rule"},
-            "extra_info": {"index": f"learn-{i:04d}"},
-        }
-        for i, p in enumerate(train)
-    ]
-    val_rows = [{"problem": p.text, "answer": p.answer, "id": i} for i, p in enumerate(val)]
-    return {"learn_sft.jsonl": sft_rows, "learn_train.jsonl": train_rows, "learn_val.jsonl": val_rows}
+    return {
+        "learn_sft.jsonl": [sft_row(p, i in tools, rng) for i, p in enumerate(sft)],
+        "learn_train.jsonl": [rl_row(p, TRAIN_SOURCE, i, "train") for i, p in enumerate(train)],
+        "learn_val.jsonl": [rl_row(p, VAL_SOURCE, i, "test") for i, p in enumerate(val)],
+    }
 
 
 def write(out: Path, seed: int, sizes: Sizes = Sizes()) -> dict[str, Path]:

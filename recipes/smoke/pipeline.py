@@ -59,11 +59,23 @@ class Smoke(SmokeCommands):
     # -- stages
 
     def stage_model(self, st: Stage) -> None:
-        from recipes.smoke.tiny_model import build_tiny_qwen
+        if self.user_model is not None:  # --model: the user's checkpoint, used as it is
+            if not (self.model_dir / "config.json").is_file():
+                raise StageError(f"model: {self.model_dir} has no config.json (--model needs a Hugging Face folder)")
+        elif self.task.model == "smollm2":
+            from recipes.smoke import smollm2
 
-        build_tiny_qwen(self.model_dir, seed=self.seed)
+            smollm2.build(self.model_dir)
+        else:
+            from recipes.smoke.tiny_model import build_tiny_qwen
+
+            build_tiny_qwen(self.model_dir, seed=self.seed)
         config = json.loads((self.model_dir / "config.json").read_text())
-        st.metric = f"{config['model_type']} hidden {config['hidden_size']} x {config['num_hidden_layers']} layers"
+        st.details = {"path": str(self.model_dir)}
+        st.metric = (
+            f"{config['model_type']} hidden {config['hidden_size']} x {config['num_hidden_layers']} layers "
+            f"({self.model_dir})"
+        )
 
     def stage_data(self, st: Stage) -> None:
         import pyarrow.parquet as pq
