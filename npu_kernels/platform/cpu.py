@@ -98,11 +98,12 @@ ENV_TABLE: EnvTable = (
         EnvVar(
             "VLLM_CPU_OMP_THREADS_BIND",
             "auto",
-            "vLLM's default, explicit: its CPU worker runs inside each trainer rank (verl vllm_rollout_spmd.py:581-597) "
-            "and 'auto' binds that process's OpenMP threads to the cores of NUMA node 0 (vllm/v1/worker/"
+            "vLLM's default, explicit: its CPU worker runs inside each trainer rank (verl vllm_rollout_spmd.py:"
+            "581-597) and 'auto' binds that process's OpenMP threads to the cores of NUMA node 0 (vllm/v1/worker/"
             "cpu_worker.py:38-66), which the cpu platform then undoes in the ranks (npu_kernels/platform/"
             "vllm_cpu_threads.py: both ranks' threads were pinned to core 0). An explicit list cannot work with 2+ "
-            "ranks: vLLM slices it to the local DP group, then indexes it by global rank (:54-61, IndexError on rank 1)",
+            "ranks: vLLM slices it to the local DP group, then indexes it by global rank (:54-61, IndexError on "
+            "rank 1)",
         ),
     ),
 )
