@@ -12,11 +12,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from kit_testing import REPO_ROOT, kit_env
+from kit_testing import kit_env
 
 from npu_kernels.platform import CPU
-
-SABOTAGE_DIR = REPO_ROOT / "tests" / "sabotage"  # test-only switches that break what a check guards
 
 
 def common_overrides(assets: Mapping[str, Path], ckpt: Path) -> list[str]:
@@ -53,9 +51,11 @@ def common_overrides(assets: Mapping[str, Path], ckpt: Path) -> list[str]:
 
 
 def ppo_env(pythonpath: Path, **env_extra: str) -> dict[str, str]:
-    """What main_ppo runs with here: the kit's environment, the test's tool/reward folder and the sabotage switches."""
+    """What main_ppo runs with here: the kit's environment (the kit first on PYTHONPATH, so verl can import the
+    sabotage switches of ``recipes.smoke.sabotage`` where ``env_extra`` turns one on) and the test's tool/reward
+    folder."""
     env = kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", **env_extra)
-    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(pythonpath), str(SABOTAGE_DIR)])
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(pythonpath)])
     return env
 
 

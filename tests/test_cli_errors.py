@@ -31,6 +31,7 @@ MODULE_ENTRIES = (
     "recipes.launch.cluster",
     "recipes.launch.containers",
     "recipes.launch.handoff",
+    "recipes.smoke.bench_learn",
     "recipes.smoke.cli",
     "recipes.smoke.learn_data",
     "recipes.smoke.make_data",

@@ -9,6 +9,8 @@
 * :mod:`~recipes.smoke.progress`: verl's console log -> ``step k/N, s/step, ETA``;
 * :mod:`~recipes.smoke.report`: ``summary.json`` and the final table;
 * :mod:`~recipes.smoke.toolcheck`: the tool-call check of the SFT model;
+* :mod:`~recipes.smoke.bench_learn`: the learning check's sensitivity bench (``scripts/bench_learn.sh``), with the
+  switches that break it in :mod:`~recipes.smoke.sabotage` (off unless asked for);
 * :mod:`~recipes.smoke.tiny_model`, :mod:`~recipes.smoke.make_data`: the tiny offline-built model and inputs
   (:mod:`~recipes.smoke.offline_tokenizer`: the real Qwen tokenizer; :mod:`~recipes.smoke.build_cache`: their cache).
 """

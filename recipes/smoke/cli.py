@@ -2,7 +2,7 @@
 
     python -m recipes.smoke check-args [--runner-fd N] [SMOKE OPTIONS]
     python -m recipes.smoke run [--out DIR] [--fast] [--platform auto|cpu|cuda|npu] [--rollout vllm|hf] [--trace]
-                             [--force] [--dry-run]
+                             [--learn] [--seed N] [--rl-override KEY=VALUE] [--from-sft DIR] [--force] [--dry-run]
     python -m recipes.smoke tool-call-rate --model DIR --data FILE.parquet [--samples 4]
 
 ``check-args`` is what ``scripts/smoke.sh`` asks first, with whatever python3 the machine has: it validates the
@@ -124,10 +124,24 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         help="a Hydra override for the RL stage, after the smoke's own (repeatable), e.g. to try a setting at tiny "
         "scale: --learn --rl-override actor_rollout_ref.actor.optim.lr=1e-4",
     )
-    parser.add_argument("--force", action="store_true", help="reuse a non-empty --out (its contents are replaced)")
     parser.add_argument(
         "--dry-run", action="store_true", help="print each stage's command and environment; start nothing"
     )
+    _add_reuse_options(parser)
+
+
+def _add_reuse_options(parser: argparse.ArgumentParser) -> None:
+    """What an earlier run's folder can do for this one: seed it (``--from-sft``) or be replaced (``--force``)."""
+    parser.add_argument(
+        "--from-sft",
+        type=Path,
+        metavar="DIR",
+        help="start from an earlier run's data and merged SFT model (DIR: its --out; same task, its model..merge "
+        "stages ok): they are copied into this run, which runs only the stages from the sandbox on (sandbox, RL, "
+        "eval, plots; learn with --learn). To try RL settings, or a sabotage (scripts/bench_learn.sh), without "
+        "redoing SFT; DIR is only read",
+    )
+    parser.add_argument("--force", action="store_true", help="reuse a non-empty --out (its contents are replaced)")
 
 
 def build_run_parser(prog: str = "bash scripts/smoke.sh") -> argparse.ArgumentParser:
@@ -239,12 +253,34 @@ def check_out(out: Path, force: bool) -> None:
         raise UsageError(f"--out {out}: cannot write in {existing} ({exc.strerror or exc})") from None
 
 
+def check_from_sft(source: Path | None, out: Path, task: str) -> Path | None:
+    """``--from-sft``: the earlier run, resolved, when it can seed this one; checked by check-args, the dry run and the
+    run alike. Refused: a run of the other task or without its SFT, and folders that nest (``--force`` would wipe
+    the source, or this run would write into it)."""
+    if source is None:
+        return None
+    from recipes.smoke.report import reusable_sft_problem
+
+    source = source.resolve()
+    if not source.is_dir():
+        raise UsageError(f"--from-sft {source}: no such folder")
+    if source == out or source in out.parents or out in source.parents:
+        raise UsageError(f"--from-sft {source} and --out {out} nest: the earlier run must stay as it is")
+    problem = reusable_sft_problem(source, task)
+    if problem:
+        raise UsageError(f"--from-sft: {problem}")
+    return source
+
+
 def _check_args(words: list[str]) -> int:
     fd = None
     if words[:1] == ["--runner-fd"] and len(words) >= 2 and words[1].isdigit():
         fd, words = int(words[1]), words[2:]
     args = build_run_parser().parse_args(words)  # --help: printed, exit 0, nothing on fd
-    check_out((args.out or default_out()).resolve(), args.force)
+    out = (args.out or default_out()).resolve()
+    check_out(out, args.force)
+    # the tasks' names (recipes.smoke.learn's LEARN_TASK, commands' SMOKE_TASK): check-args imports neither
+    check_from_sft(args.from_sft, out, "learn" if args.learn else "smoke")
     answer = runner(args)
     if fd is None:
         print(answer)
@@ -269,7 +305,9 @@ def describe(smoke: Any) -> str:
         f"[smoke] dry run: platform {smoke.profile.platform.name}, hardware profile {smoke.profile.name}, scale "
         f"smoke, rollout {smoke.rollout_engine().label()}, python {sys.executable}; out {smoke.out}; nothing is "
         "started",
-        "[smoke] in-process stages: model (tiny Qwen3 + Qwen tokenizer), tool-call check (sampling on CPU)",
+        "[smoke] in-process stages: model (tiny Qwen3 + Qwen tokenizer), tool-call check (sampling on CPU)"
+        if smoke.from_sft is None
+        else f"[smoke] in-process stage: reuse (copies data/, sft/hf_merged/ and sft/tensorboard/ of {smoke.from_sft})",
     ]
     previous: dict[str, str] | None = None
     for cmd in smoke.commands():
@@ -298,7 +336,8 @@ def _run(words: list[str]) -> int:
         raise UsageError("--learn and --fast exclude each other: the learning check has its own size")
     sizes, task = (LEARN, LEARN_TASK) if args.learn else (FAST if args.fast else FULL, SMOKE_TASK)
     check_rollout(args.rollout, target)
-    options = {"trace": args.trace, "rollout": args.rollout, "task": task, "seed": args.seed}
+    from_sft = check_from_sft(args.from_sft, out, task.name)
+    options = {"trace": args.trace, "rollout": args.rollout, "task": task, "seed": args.seed, "from_sft": from_sft}
     smoke = Smoke(out, sizes, target.profile, rl_extra=tuple(args.rl_override), **options)
     if args.dry_run:
         check_out(out, args.force)  # what prepare_out checks first: the dry run must not pass where the run fails
@@ -311,7 +350,8 @@ def _run(words: list[str]) -> int:
     say(
         f"platform {target.platform.name} (hardware profile {target.profile.name}, scale smoke, rollout "
         f"{smoke.rollout_engine().label()}); "
-        f"{'learning check' if args.learn else 'fast' if args.fast else 'full'} run: SFT {sizes.sft_steps} steps, "
+        f"{'learning check' if args.learn else 'fast' if args.fast else 'full'} run: "
+        f"{f'SFT of {from_sft}' if from_sft else f'SFT {sizes.sft_steps} steps'}, "
         f"RL {sizes.rl_steps} steps; "
         f"artifacts in {out}"
     )

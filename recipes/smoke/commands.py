@@ -165,12 +165,15 @@ class SmokeCommands:
         seed: int = 0,
         rl_extra: tuple[str, ...] = (),
         model: Path | None = None,
+        from_sft: Path | None = None,
     ) -> None:
         self.out, self.sizes, self.profile, self.task, self.seed = out, sizes, profile, task, seed
         self.trace = trace  # --trace: RL rollouts traced to mlflow's file store (recipes/launch/trace.py)
         # --rollout: the RL rollout engine; None keeps the platform's (vLLM; the hf rollout where vLLM is missing)
         self.rollout = rollout
         self.rl_extra = rl_extra  # --rl-override: the user's own Hydra overrides of the RL stage, last (they win)
+        # --from-sft: an earlier run whose data/ and sft/ this run copies (its own paths below stay under ``out``)
+        self.from_sft = from_sft
         self.sandbox_url = ""  # set when the sandbox is up (its port is picked then)
         self.logs = out / "logs"
         # --model: the user's own checkpoint; else what the task's model stage builds (SmolLM2 into a cache shared by
@@ -294,8 +297,11 @@ class SmokeCommands:
         return Command("plots", argv, self.helper_env())
 
     def commands(self) -> list[Command]:
-        """Every process the run starts, in order (the sandbox's port is picked when it starts)."""
+        """Every process the run starts, in order (the sandbox's port is picked when it starts); from an earlier
+        run's SFT (``--from-sft``), none before the sandbox."""
         sandbox = Command("sandbox", sandbox_command("<port>"), self.helper_env())
         rl = self.rl_command(self.sandbox_url or "http://127.0.0.1:<port>")
-        tail = [self.eval_command(), self.plots_command()]
-        return [*self.data_commands(), self.sft_command(), self.merge_command(), sandbox, rl, *tail]
+        tail = [sandbox, rl, self.eval_command(), self.plots_command()]
+        if self.from_sft is not None:
+            return tail
+        return [*self.data_commands(), self.sft_command(), self.merge_command(), *tail]

@@ -16,6 +16,10 @@ The SFT stage is sized so the 64-wide random model really learns the hermes ``<t
 trajectories from ``recipes/smoke/data``, full-length sequences, lr 2e-2, ~100 steps): the RL stage only exercises
 the tool and the sandbox if the policy emits well-formed calls, and the run fails if no tool call reached the sandbox.
 
+``--from-sft DIR`` starts from an earlier run instead: a ``reuse`` stage copies its data and merged SFT model, then
+the stages from the sandbox on run as usual (to try RL settings or a sabotage without redoing SFT: the learning
+check's sensitivity bench, :mod:`recipes.smoke.bench_learn`).
+
 The command line is :mod:`recipes.smoke.cli` (``python -m recipes.smoke``); ``python -m recipes.smoke.pipeline``
 is kept as an alias of it.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -35,7 +40,7 @@ from npu_kernels.platform import HardwareProfile
 from recipes.launch.trace import rollout_traces
 from recipes.smoke.commands import FAST, SCALE, STAGES, Sizes, SmokeCommands
 from recipes.smoke.progress import RL_STEP_TIME, SFT_STEP_TIME, Progress, median_step_seconds, step_metrics
-from recipes.smoke.report import RunFacts, Stage, render_table, summary, val_acc
+from recipes.smoke.report import REUSE_STAGE, RunFacts, Stage, render_table, summary, val_acc
 from recipes.smoke.sandbox_service import SandboxService
 from recipes.smoke.supervisor import KIT_ROOT, StageError, run_logged, say
 
@@ -130,6 +135,22 @@ class Smoke(SmokeCommands):
         say(f"  greedy completion: {result['example'][:160]!r}")
         if result["well_formed"] == 0 and result["greedy_rate"] == 0:
             raise StageError("tool-call check: the SFT model never emits a well-formed <tool_call>")
+
+    def stage_reuse(self, st: Stage) -> None:
+        """``--from-sft``: the earlier run's data, merged SFT model and SFT curves, copied rather than linked so that
+        nothing this run does (or a later ``--force`` on it) can change the earlier run's files."""
+        source = self.from_sft
+        assert source is not None
+        copied = {}
+        for part in ("data", "sft/hf_merged", "sft/tensorboard"):
+            if not (source / part).is_dir():
+                raise StageError(f"reuse: {source / part} is missing (an earlier run's --out has it after its merge)")
+            shutil.copytree(source / part, self.out / part, symlinks=True)
+            copied[part] = sum(f.stat().st_size for f in (self.out / part).rglob("*") if f.is_file())
+        if not sorted(self.merged.glob("*.safetensors")):
+            raise StageError(f"reuse: no *.safetensors in {source / 'sft' / 'hf_merged'}")
+        st.details = {"from": str(source), "bytes": copied}
+        st.metric = f"data + SFT model of {source} ({sum(copied.values()) / 2**20:.0f} MB copied)"
 
     def stage_sandbox(self, st: Stage) -> None:
         st.log = str(self.sandbox.log)
@@ -248,6 +269,8 @@ class Smoke(SmokeCommands):
             self.stage_plots,
         ]
         steps = list(zip(STAGES, fns, strict=True))
+        if self.from_sft is not None:  # an earlier run's data and SFT model stand in for the stages before the sandbox
+            steps = [(REUSE_STAGE, self.stage_reuse), *steps[STAGES.index("sandbox") :]]
         return [*steps, ("learn", self.stage_learn)] if self.task.judges_learning else steps
 
     def run(self) -> int:
@@ -307,6 +330,7 @@ class Smoke(SmokeCommands):
             scale=SCALE,
             python=sys.executable,
             out=str(self.out),
+            from_sft=str(self.from_sft) if self.from_sft else None,
         )
 
 

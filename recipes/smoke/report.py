@@ -3,7 +3,7 @@
 ``summary.json`` is the contract with ``tests/smoke`` and CI (field names are kept stable): ``ok``,
 ``failed_stage``, ``fast``, ``device`` (the platform), ``platform``, ``hardware_profile``, ``rollout_engine``,
 ``rollout_engine_version``, ``task``, ``seed``, ``scale``, ``python``,
-``out``, ``seconds``, ``stages``, ``sft_losses``, ``sft_seconds_per_step``, ``rl_seconds_per_step``,
+``out``, ``from_sft``, ``seconds``, ``stages``, ``sft_losses``, ``sft_seconds_per_step``, ``rl_seconds_per_step``,
 ``tool_call_rate``, ``rl_tool_calls``, ``rl_reward_mean``, ``sandbox``; with ``--learn`` also the learning check's
 ``learn_ok``, ``learn_verdict``, ``val_acc_before``, ``val_acc_after``, ``tool_call_rate_before``,
 ``tool_call_rate_after``, ``rl_steps`` and ``learning_curve`` (recipes/smoke/learn.py).
@@ -11,8 +11,15 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+
+#: The stages whose outputs (data/, sft/) a later run can start from (``--from-sft``); a run that started from
+#: another's has them as its ``reuse`` stage.
+SFT_STAGES = ("model", "data", "sft", "merge")
+REUSE_STAGE = "reuse"
 
 
 @dataclass
@@ -42,6 +49,7 @@ class RunFacts:
     scale: str
     python: str
     out: str
+    from_sft: str | None = None  # --from-sft: the earlier run whose data and SFT model this one copied
 
 
 def summary(
@@ -68,6 +76,7 @@ def summary(
         "scale": facts.scale,
         "python": facts.python,
         "out": facts.out,
+        "from_sft": facts.from_sft,
         "seconds": total + (env.seconds if env else 0.0),
         "stages": rows,
         "sft_losses": sft.get("losses", []),
@@ -81,6 +90,26 @@ def summary(
         # the learning check (--learn): val_acc_before/after, tool_call_rate_before/after, rl_steps, the curve
         **(stages["learn"].details if "learn" in stages else {}),
     }
+
+
+def reusable_sft_problem(run: Path, task: str) -> str | None:
+    """Why ``run`` (an earlier run's ``--out``) cannot seed ``--from-sft`` for a run of ``task``; None when it can.
+
+    Read from its ``summary.json``: a run killed before writing one, or whose SFT or merge failed, left no model to
+    trust (a merge cut short can leave a partial safetensors file)."""
+    path = run / "summary.json"
+    if not path.is_file():
+        return f"{run} holds no summary.json (not the --out of a finished smoke run)"
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return f"{path} is unreadable ({exc})"
+    if found.get("task") != task:
+        return f"{run} ran the {found.get('task')!r} task, this run the {task!r} one (--learn on both or neither)"
+    status = {stage.get("name"): stage.get("status") for stage in found.get("stages", [])}
+    needed = [REUSE_STAGE] if REUSE_STAGE in status else SFT_STAGES  # a run that itself started --from-sft
+    failed = [name for name in needed if status.get(name) != "ok"]
+    return f"{run}: stage {', '.join(failed)} not ok there, so it has no SFT model to start from" if failed else None
 
 
 def val_acc(val: dict[int, dict[str, float]]) -> str:

@@ -12,8 +12,8 @@ verl's vLLM async server (vLLM's CPU build), the engine NPU and GPU runs use.
     and rollout log-probs, 2 steps, the rollout engine the cpu platform picks (vLLM; 2 replicas, one per rank). A
     random tiny model never emits a tool call, so tool execution itself is not exercised here (only the
     ToolAgentLoop prompt/response path with tools in the prompt; the smoke run executes real calls).
-(c) weight sync, proven: run (b) again with the sync broken by a test-only switch (``kit_sabotage``: only the
-    first weight update reaches vLLM) and compare ``training/rollout_probs_diff_mean`` at step 2 (vLLM's log-probs
+(c) weight sync, proven: run (b) again with the sync broken by a sabotage switch (``recipes.smoke.sabotage``: only
+    the first weight update reaches vLLM) and compare ``training/rollout_probs_diff_mean`` at step 2 (vLLM's log-probs
     of its samples against the actor's recomputation). The model is the tiny Qwen3 with a 0.3 init range, whose
     outputs move when its weights do; on the default near-uniform one both cases measure ~1e-6.
 
@@ -41,6 +41,7 @@ from omegaconf import OmegaConf
 from npu_kernels.platform import CPU
 from recipes.launch import trace
 from recipes.retool.schema import TOOL_SCHEMA
+from recipes.smoke.sabotage import WEIGHT_SYNC
 
 pytestmark = pytest.mark.slow
 
@@ -289,7 +290,7 @@ def async_runs(assets: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
     runs = {}
     for name, env in (
         ("shipped", {}),
-        ("stale", {"VERL_USE_EXTERNAL_MODULES": "kit_sabotage", "KIT_TEST_WEIGHT_SYNC": "first-only"}),
+        ("stale", WEIGHT_SYNC.environment({})),  # recipes.smoke.sabotage: only the first weight update reaches vLLM
     ):
         run_dir = tmp_path_factory.mktemp(f"async-{name}")
         overrides = _async_overrides(assets, run_dir / "ckpt", model, traced=name == "shipped")

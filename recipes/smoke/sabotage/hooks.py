@@ -1,8 +1,8 @@
-"""Test-only switches that break what the kit's checks guard, to prove those checks can fail.
+"""The sabotage switches that patch verl (see :mod:`recipes.smoke.sabotage`), applied on import.
 
-Imported in every verl process through verl's own hook (``VERL_USE_EXTERNAL_MODULES=kit_sabotage``, this folder on
-PYTHONPATH); each switch is off unless its variable is set, and each patches verl only when the module it targets is
-first imported (a post-import hook), so processes that never build that part do not import it for this.
+Imported in every verl process through verl's own hook (``VERL_USE_EXTERNAL_MODULES=recipes.smoke.sabotage.hooks``);
+each switch is off unless its variable is set, and each patches verl only when the module it targets is first
+imported (a post-import hook), so processes that never build that part do not import it for this.
 
 * ``KIT_TEST_WEIGHT_SYNC=first-only``: the vLLM rollout applies only the first weight update it receives (the
   actor's initial weights) and ignores every later one, so it keeps sampling from the initial model while the actor
@@ -10,7 +10,7 @@ first imported (a post-import hook), so processes that never build that part do 
 * ``KIT_TEST_LOSS_MASK=tool-tokens``: ``ToolAgentLoop`` marks the tool's response tokens as the model's own
   (``response_mask`` 1 instead of 0), so the policy loss trains on text the sandbox wrote.
 
-The third sabotage of the learning check, a reward with its sign flipped, is ``flipped_reward.py`` beside this file.
+The third sabotage of the learning check, a reward with its sign flipped, is :mod:`.reward` beside this file.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
-SYNC_SWITCH, MASK_SWITCH = "KIT_TEST_WEIGHT_SYNC", "KIT_TEST_LOSS_MASK"
+from recipes.smoke.sabotage import LOSS_MASK, MASK_SWITCH, MASK_TOOL_TOKENS, SYNC_FIRST_ONLY, SYNC_SWITCH, WEIGHT_SYNC
+
 ROLLOUT = "verl.workers.rollout.vllm_rollout.vllm_rollout_spmd"
 AGENT_LOOP = "verl.experimental.agent_loop.tool_agent_loop"
 
@@ -34,7 +35,7 @@ def _sync_first_only(module: ModuleType) -> None:
     async def update_weights(self, weights, **kwargs):
         self._kit_syncs = getattr(self, "_kit_syncs", 0) + 1
         if self._kit_syncs > 1:
-            print(f"[kit_sabotage] weight sync {self._kit_syncs} skipped", flush=True)
+            print(f"{WEIGHT_SYNC.marker}: update {self._kit_syncs} skipped", flush=True)
             return None
         return await original(self, weights, **kwargs)
 
@@ -44,6 +45,7 @@ def _sync_first_only(module: ModuleType) -> None:
 def _mask_tool_tokens(module: ModuleType) -> None:
     cls = module.ToolAgentLoop
     original = cls._handle_processing_tools_state
+    announced = []
 
     async def handle(self, agent_data):
         before = len(agent_data.response_mask)
@@ -51,6 +53,9 @@ def _mask_tool_tokens(module: ModuleType) -> None:
         added = len(agent_data.response_mask) - before
         if added:  # the tool's response, appended with mask 0: train on it as if the model had written it
             agent_data.response_mask[before:] = [1] * added
+            if not announced:
+                announced.append(added)
+                print(f"{LOSS_MASK.marker}: {added} tool response tokens trained on (first call)", flush=True)
         return state
 
     cls._handle_processing_tools_state = handle
@@ -81,9 +86,9 @@ class _PatchOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def _install() -> None:
     patches = {}
-    if os.environ.get(SYNC_SWITCH) == "first-only":
+    if os.environ.get(SYNC_SWITCH) == SYNC_FIRST_ONLY:
         patches[ROLLOUT] = _sync_first_only
-    if os.environ.get(MASK_SWITCH) == "tool-tokens":
+    if os.environ.get(MASK_SWITCH) == MASK_TOOL_TOKENS:
         patches[AGENT_LOOP] = _mask_tool_tokens
     if not patches or any(isinstance(finder, _PatchOnImport) for finder in sys.meta_path):
         return
