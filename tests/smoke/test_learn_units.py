@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,13 @@ def test_the_task_needs_the_tool_and_splits_never_overlap() -> None:
     )
     assert not {p.text for p in sft} & {p.text for p in val}
     assert len(val) >= learn.MIN_VAL_SAMPLES
-    # the last digit cycles with period 4 in the exponent: the base alone leaves 4 candidates
-    for base in learn_data.BASES:
-        digits = {learn_data.Problem(base, b).answer for b in learn_data.EXPONENTS}
-        assert len(digits) == 4, (base, digits)
-    problem = learn_data.Problem(7, 34)
-    assert problem.answer == str(7**34)[-1] and problem.code == "print(7**34)"
+    # the answer is the exact product, and a guess (what the no-tool SFT rows teach) is never it
+    problem = learn_data.Problem(4831, 2917)
+    assert problem.answer == str(4831 * 2917) and problem.code == "print(4831 * 2917)"
+    rng = random.Random(0)
+    guesses = {problem.guess(rng) for _ in range(50)}
+    assert problem.answer not in guesses and {len(g) for g in guesses} == {len(problem.answer)}
+    assert all(g[: -learn_data.GUESSED_DIGITS] == problem.answer[: -learn_data.GUESSED_DIGITS] for g in guesses)
 
 
 def test_sft_mix_and_determinism() -> None:
@@ -33,6 +35,11 @@ def test_sft_mix_and_determinism() -> None:
     sft = rows["learn_sft.jsonl"]
     with_tool = [r for r in sft if "<code>" in r["messages"][1]["content"]]
     assert len(with_tool) == round(sizes.tool_share * len(sft))
+    # the tool rows answer right, the others wrong: RL has tool use left to raise
+    for row in sft:
+        question, answer = row["messages"][0]["content"], row["messages"][1]["content"]
+        a, b = (int(x) for x in question.split("What is ")[1].split("?")[0].split(" * "))
+        assert (f"\\boxed{{{a * b}}}" in answer) is ("<code>" in answer), answer
     assert len(rows["learn_val.jsonl"]) == sizes.val and len(rows["learn_train.jsonl"]) == sizes.train
 
 
