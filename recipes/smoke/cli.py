@@ -80,8 +80,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fast",
         action="store_true",
-        help="CI size: 2 RL steps instead of 3 and one validation instead of two (same stages and checks; the SFT "
-        "stays at the ~100 steps the tiny model needs to learn the tool-call format)",
+        help="the pipeline check CI runs: the random tiny Qwen3 (built in seconds), 2 RL steps and one validation; "
+        "proves every stage runs, not that anything learns",
+    )
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="the pipeline check at its full size: the tiny model, 3 RL steps, two validations",
     )
     parser.add_argument(
         "--platform",
@@ -108,10 +113,17 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--learn",
         action="store_true",
-        help="EXPERIMENTAL (issue 19: the tiny model does not reach the target yet): the learning check instead of "
-        "the plain smoke: a task only the code tool solves, SFT on a mix of tool and guessed answers, then GRPO "
-        "validated every few steps on held-out problems; fails (exit 1, one line) unless validation accuracy rises "
-        "by +0.15 and x1.5 (recipes/smoke/learn.py)",
+        help="the learning check, explicitly (it is what runs without --fast or --tiny): SmolLM2-135M-Instruct "
+        "(retool-models smollm2) on products only the code tool computes, SFT on a mix of tool and guessed answers, "
+        "then GRPO validated every 2 steps on 64 held-out products; fails (exit 1, one line) unless validation "
+        "accuracy rises by +0.15 and x1.5 and the tool-call rate rises (recipes/smoke/learn.py)",
+    )
+    parser.add_argument(
+        "--model",
+        type=Path,
+        metavar="DIR",
+        help="the learning check on your own Hugging Face checkpoint (e.g. a local Qwen3 folder) instead of SmolLM2: "
+        "the does-my-stack-learn check on an NPU or GPU (with --platform npu|cuda)",
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="the tiny model's init and the learning check's data split (default 0)"
@@ -280,7 +292,7 @@ def _check_args(words: list[str]) -> int:
     out = (args.out or default_out()).resolve()
     check_out(out, args.force)
     # the tasks' names (recipes.smoke.learn's LEARN_TASK, commands' SMOKE_TASK): check-args imports neither
-    check_from_sft(args.from_sft, out, "learn" if args.learn else "smoke")
+    check_from_sft(args.from_sft, out, "learn" if run_mode(args) == "learn" else "smoke")
     answer = runner(args)
     if fd is None:
         print(answer)
@@ -299,13 +311,28 @@ def prepare_out(out: Path, force: bool) -> Path:
     return out
 
 
+def run_mode(args: argparse.Namespace) -> str:
+    """learn (the default: the learning check on SmolLM2), fast or tiny (the pipeline check on the random model).
+    Standard library only: check-args asks it before the venv exists."""
+    chosen = [name for name in ("learn", "fast", "tiny") if getattr(args, name)]
+    if len(chosen) > 1:
+        raise UsageError(f"--{chosen[0]} and --{chosen[1]} exclude each other: each run has its own model and size")
+    mode = chosen[0] if chosen else "learn"
+    if args.model is not None:
+        if mode != "learn":
+            raise UsageError(f"--model is the learning check's model; --{mode} runs the random tiny model")
+        if not (args.model / "config.json").is_file():
+            raise UsageError(f"--model {args.model}: no config.json there (a Hugging Face model folder is needed)")
+    return mode
+
+
 def describe(smoke: Any) -> str:
     """The dry run: every command, with what its environment changes against this one."""
     lines = [
         f"[smoke] dry run: platform {smoke.profile.platform.name}, hardware profile {smoke.profile.name}, scale "
         f"smoke, rollout {smoke.rollout_engine().label()}, python {sys.executable}; out {smoke.out}; nothing is "
         "started",
-        "[smoke] in-process stages: model (tiny Qwen3 + Qwen tokenizer), tool-call check (sampling on CPU)"
+        f"[smoke] in-process stages: model ({_model_label(smoke)}), tool-call check (sampling on CPU)"
         if smoke.from_sft is None
         else f"[smoke] in-process stage: reuse (copies data/, sft/hf_merged/ and sft/tensorboard/ of {smoke.from_sft})",
     ]
@@ -323,6 +350,14 @@ def describe(smoke: Any) -> str:
     return "\n".join(lines)
 
 
+def _model_label(smoke: Any) -> str:
+    if smoke.user_model is not None:
+        return f"yours, used as it is: {smoke.model_dir}"
+    if smoke.task.model == "smollm2":
+        return f"SmolLM2-135M-Instruct, built or reused at {smoke.model_dir}"
+    return "tiny Qwen3 + Qwen tokenizer"
+
+
 def _run(words: list[str]) -> int:
     args = build_run_parser().parse_args(words)
     target = resolve_target(args.platform)
@@ -332,12 +367,12 @@ def _run(words: list[str]) -> int:
     from recipes.smoke.pipeline import Smoke
     from recipes.smoke.supervisor import exit_on_signals, say
 
-    if args.learn and args.fast:
-        raise UsageError("--learn and --fast exclude each other: the learning check has its own size")
-    sizes, task = (LEARN, LEARN_TASK) if args.learn else (FAST if args.fast else FULL, SMOKE_TASK)
+    mode = run_mode(args)
+    sizes, task = {"learn": (LEARN, LEARN_TASK), "fast": (FAST, SMOKE_TASK), "tiny": (FULL, SMOKE_TASK)}[mode]
     check_rollout(args.rollout, target)
     from_sft = check_from_sft(args.from_sft, out, task.name)
     options = {"trace": args.trace, "rollout": args.rollout, "task": task, "seed": args.seed, "from_sft": from_sft}
+    options["model"] = args.model.resolve() if args.model else None
     smoke = Smoke(out, sizes, target.profile, rl_extra=tuple(args.rl_override), **options)
     if args.dry_run:
         check_out(out, args.force)  # what prepare_out checks first: the dry run must not pass where the run fails
@@ -350,7 +385,7 @@ def _run(words: list[str]) -> int:
     say(
         f"platform {target.platform.name} (hardware profile {target.profile.name}, scale smoke, rollout "
         f"{smoke.rollout_engine().label()}); "
-        f"{'learning check' if args.learn else 'fast' if args.fast else 'full'} run: "
+        f"{ {'learn': 'learning check', 'fast': 'fast pipeline', 'tiny': 'tiny pipeline'}[mode] } run: "
         f"{f'SFT of {from_sft}' if from_sft else f'SFT {sizes.sft_steps} steps'}, "
         f"RL {sizes.rl_steps} steps; "
         f"artifacts in {out}"

@@ -129,10 +129,62 @@ def test_kit_hw_of_another_platform_does_not_leak_into_the_smoke(monkeypatch: py
     assert target.profile.name == "cuda"
 
 
+def _dry_run(out: Path, *words: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "recipes.smoke", "run", "--dry-run", "--out", str(out), *words],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
+        cwd=REPO_ROOT,
+        timeout=120,
+    )
+
+
+def test_the_main_job_is_the_learning_check(tmp_path: Path) -> None:
+    """No flag: SmolLM2 on the product task, judged; --fast and --tiny: the random tiny model's pipeline check."""
+    default = _dry_run(tmp_path / "a", "--platform", "cpu")
+    assert default.returncode == 0, default.stderr
+    assert "SmolLM2-135M-Instruct" in default.stdout and "learn_val.parquet" in default.stdout
+    assert default.stdout.replace(str(tmp_path / "a"), "") == _dry_run(
+        tmp_path / "a", "--platform", "cpu", "--learn"
+    ).stdout.replace(str(tmp_path / "a"), "")
+    for flag in ("--fast", "--tiny"):
+        proc = _dry_run(tmp_path / "b", "--platform", "cpu", flag)
+        assert proc.returncode == 0 and "tiny Qwen3" in proc.stdout and "learn_" not in proc.stdout, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        (["--learn", "--fast"], "--learn and --fast exclude each other"),
+        (["--fast", "--tiny"], "--fast and --tiny exclude each other"),
+        (["--fast", "--model", "."], "--model is the learning check's model"),
+        (["--model", "/nonexistent"], "no config.json there"),
+    ],
+)
+def test_run_modes_refuse_contradictions(tmp_path: Path, words: list[str], message: str) -> None:
+    proc = _dry_run(tmp_path / "run", "--platform", "cpu", *words)
+    assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+@pytest.mark.parametrize("platform", ["cuda", "npu"])
+def test_learning_check_on_a_device_with_the_users_model(tmp_path: Path, platform: str) -> None:
+    """The Atlas owner's "does my stack learn": --platform npu|cuda --model DIR, dry-run here."""
+    model = tmp_path / "qwen3"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen3"}')
+    proc = _dry_run(tmp_path / "run", "--platform", platform, "--model", str(model))
+    assert proc.returncode == 0, proc.stderr
+    assert f"yours, used as it is: {model}" in proc.stdout and f"MODEL_PATH={model}" in proc.stdout
+    hw = "a2" if platform == "npu" else "cuda"
+    assert f"run_qwen3_4b_dapo_npu.sh --hw {hw} --scale smoke" in proc.stdout
+    assert "learn_train.parquet" in proc.stdout
+
+
 def test_dry_run_prints_commands_and_starts_nothing(tmp_path: Path) -> None:
     out = tmp_path / "run"
     proc = subprocess.run(
-        [sys.executable, "-m", "recipes.smoke", "run", "--dry-run", "--platform", "cpu", "--out", str(out)],
+        [sys.executable, "-m", "recipes.smoke", "run", "--dry-run", "--platform", "cpu", "--out", str(out), "--tiny"],
         capture_output=True,
         text=True,
         env=kit_env(),
