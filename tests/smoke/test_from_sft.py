@@ -67,7 +67,18 @@ def test_the_command_line_refuses_nested_folders_and_a_missing_source(tmp_path: 
     with pytest.raises(UsageError, match="no such folder"):
         cli.check_from_sft(tmp_path / "missing", tmp_path / "new", "learn")
     proc = subprocess.run(
-        [sys.executable, "-m", "recipes.smoke", "check-args", "--from-sft", str(run), "--out", str(tmp_path / "n")],
+        # --fast: the pipeline check's task, so the earlier learning-check run cannot seed it
+        [
+            sys.executable,
+            "-m",
+            "recipes.smoke",
+            "check-args",
+            "--fast",
+            "--from-sft",
+            str(run),
+            "--out",
+            str(tmp_path / "n"),
+        ],
         capture_output=True,
         text=True,
         env=kit_env(),
