@@ -36,6 +36,9 @@ RL_STRATEGY_KEYS = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.s
 RL_ATTN_KEY = "+actor_rollout_ref.model.override_config.attn_implementation"
 RL_TORCH_COMPILE_KEY = "actor_rollout_ref.actor.use_torch_compile"
 RL_RAY_NUM_CPUS_KEY = "ray_kwargs.ray_init.num_cpus"
+# '+': verl's ray_init has only num_cpus (ppo_trainer.yaml ray_kwargs); Ray reads it only when ray.init starts a local
+# Ray, and ignores it when joining a running cluster (ray/_private/worker.py:1807 vs the connect branch at 1834).
+RL_RAY_DASHBOARD_KEY = "+ray_kwargs.ray_init.include_dashboard"
 RL_ROLLOUT_NAME_KEY = "actor_rollout_ref.rollout.name"
 RL_ENFORCE_EAGER_KEY = "actor_rollout_ref.rollout.enforce_eager"
 RL_PREFIX_CACHING_KEY = "actor_rollout_ref.rollout.enable_prefix_caching"
@@ -173,6 +176,8 @@ class Platform(ABC):
     fsdp_strategy: ClassVar[str | None] = None
     #: Value for ray_kwargs.ray_init.num_cpus in RL, or None to let Ray count cores.
     ray_num_cpus: ClassVar[int | None] = None
+    #: Value for ray_init.include_dashboard when verl starts a local Ray, or None to keep Ray's default (on).
+    ray_include_dashboard: ClassVar[bool | None] = None
     #: Compute dtype of every trainer and rollout role.
     compute_dtype: ClassVar[str] = VERL_DEFAULT_DTYPE
     #: Whether the platform has devices of its own (False: CPU, where ranks are processes). Decides what needs
@@ -271,6 +276,8 @@ class Platform(ABC):
         overrides.append(f"{RL_TORCH_COMPILE_KEY}={self.use_torch_compile}")
         if self.ray_num_cpus is not None:
             overrides.append(f"{RL_RAY_NUM_CPUS_KEY}={self.ray_num_cpus}")
+        if self.ray_include_dashboard is not None:
+            overrides.append(f"{RL_RAY_DASHBOARD_KEY}={self.ray_include_dashboard}")
         return overrides + self.rollout_overrides() + self.dtype_overrides(phase)
 
     def rollout_overrides(self) -> list[str]:

@@ -26,6 +26,10 @@ from npu_kernels.platform.env import BOTH, RL, EnvTable, EnvVar, select
 #: Imported by verl's FSDP workers (``actor_rollout_ref.model.external_lib``): undoes vLLM's thread pinning there.
 VLLM_UNPIN_MODULE = "npu_kernels.platform.vllm_cpu_threads"
 
+#: Imported by every verl process (``VERL_USE_EXTERNAL_MODULES``): vLLM's platform probe without the IPEX import.
+VLLM_PROBE_MODULE = "npu_kernels.platform.vllm_cpu_probe"
+EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
+
 #: Ray's CPU count is only a scheduling label: on CPU each FSDP worker's bundle, the TaskRunner and each vLLM server
 #: actor hold one CPU (agent-loop and reward-manager workers hold none), so a 2-core box must advertise more than it
 #: has or the job waits forever. The smoke layout needs 5 (2 workers + TaskRunner + 2 vLLM servers); the dry run
@@ -121,6 +125,10 @@ class CpuPlatform(Platform):
     use_torch_compile = False
     fsdp_strategy = "fsdp2"
     ray_num_cpus = CPU_RAY_NUM_CPUS
+    # The local Ray verl starts for a CPU run serves no one its dashboard, and starting it costs the run's start:
+    # ray.init 6.1 s with it vs 3.6 s without, 18 vs 9 Ray processes competing for the cores (measured on 2 cores,
+    # ray 2.48; tests/test_cpu_startup.py checks the override reaches verl's ray.init).
+    ray_include_dashboard = False
     compute_dtype = "fp32"
     # Ranks are processes, not devices: planning from a CPU machine plans the reference profile, and benchmarks
     # shrink their shapes (scripts/bench_kernels.py).
@@ -162,8 +170,20 @@ class CpuPlatform(Platform):
     def env(self, phase: str, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
         """The table, then the KV cache (RL) and this machine's allocator: the result can differ between machines."""
         environ = os.environ if environ is None else environ
-        kv = [self.kv_cache_space(environ)] if phase == "rl" else []
-        return select(self.env_table, phase) + kv + self.allocator(environ)
+        rl = [self.kv_cache_space(environ), self.external_modules(environ)] if phase == "rl" else []
+        return select(self.env_table, phase) + rl + self.allocator(environ)
+
+    @staticmethod
+    def external_modules(environ: Mapping[str, str]) -> EnvVar:
+        """VERL_USE_EXTERNAL_MODULES with the probe module first and the modules already named kept (the learning
+        check's sabotage hooks, a user's own): the one list verl reads, so replacing it would drop theirs."""
+        given = [module.strip() for module in environ.get(EXTERNAL_MODULES_ENV, "").split(",") if module.strip()]
+        reason = (
+            "kit: verl imports these first in every process (verl/__init__.py:40-43); vllm_cpu_probe skips vLLM's XPU "
+            "probe, which imports IPEX (4.4 s of CPU) in each process that reads vLLM's config, on a torch without "
+            "XPU (npu_kernels/platform/vllm_cpu_probe.py; tests/test_vllm_cpu_probe.py)"
+        )
+        return EnvVar(EXTERNAL_MODULES_ENV, ",".join(dict.fromkeys([VLLM_PROBE_MODULE, *given])), reason)
 
     @staticmethod
     def kv_cache_space(environ: Mapping[str, str]) -> EnvVar:

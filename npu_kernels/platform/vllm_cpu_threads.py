@@ -19,9 +19,14 @@ from __future__ import annotations
 
 import logging
 import os
+from types import ModuleType
+
+from npu_kernels.platform.post_import import when_imported
 
 logger = logging.getLogger(__name__)
 
+#: vLLM's CPU worker, whose ``init_device`` pins the threads.
+WORKER_MODULE = "vllm.v1.worker.cpu_worker"
 #: Marks the wrapped method, so a second import wraps nothing.
 _WRAPPED = "_kit_unpinned"
 
@@ -61,13 +66,20 @@ def unpin(worker_cls: type) -> bool:
     return True
 
 
-def install() -> bool:
-    """Wrap vLLM's CPU worker where vLLM's CPU build is importable; False otherwise (nothing to do)."""
-    try:
-        from vllm.v1.worker.cpu_worker import CPUWorker
-    except ImportError:
-        return False
-    return unpin(CPUWorker)
+def install() -> str:
+    """Wrap vLLM's CPU worker when its module is imported ("later") or now if it is ("now").
+
+    Lazily: verl imports this module in every process that builds a model config (vLLM servers included, verl
+    ``workers/config/model.py:94``), and importing ``cpu_worker`` imports IPEX (4.4 s of CPU) through vLLM's CPU
+    attention; only the trainer ranks, where vLLM's worker runs, import it themselves. Where vLLM's CPU build is not
+    installed (the hf rollout) the module is never imported and nothing happens.
+    """
+    return when_imported(WORKER_MODULE, unpin_worker_module)
+
+
+def unpin_worker_module(module: ModuleType) -> bool:
+    """:func:`unpin` on the ``CPUWorker`` of ``vllm.v1.worker.cpu_worker``."""
+    return unpin(module.CPUWorker)
 
 
 install()

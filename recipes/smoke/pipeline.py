@@ -162,7 +162,9 @@ class Smoke(SmokeCommands):
         s, cmd = self.sizes, self.rl_command(self.sandbox_url)
         log = self.logs / "rl.log"
         st.log = str(log)
-        run_logged(cmd.argv, log, cmd.env, timeout=1500, label="rl", progress=Progress(s.rl_steps, RL_STEP_TIME))
+        first = run_logged(
+            cmd.argv, log, cmd.env, timeout=1500, label="rl", progress=Progress(s.rl_steps, RL_STEP_TIME)
+        )
         steps = step_metrics(log.read_text(errors="replace"))
         train = {k: v for k, v in steps.items() if k >= 1 and "critic/score/mean" in v}
         if sorted(train) != list(range(1, s.rl_steps + 1)):
@@ -177,6 +179,7 @@ class Smoke(SmokeCommands):
         rounds = [int(r.get("tool_rounds", 0)) for r in rollouts]
         st.details = {
             "seconds_per_step": median_step_seconds(train, RL_STEP_TIME),
+            "first_step_s": first,
             "steps": {k: train[k] for k in sorted(train)},
             "reward_mean": [train[k]["critic/score/mean"] for k in sorted(train)],
             "num_turns_mean": [train[k].get("num_turns/mean") for k in sorted(train)],
@@ -193,7 +196,8 @@ class Smoke(SmokeCommands):
         calls = counters["calls"] if counters else st.details["rollout_tool_rounds"] + st.details["val_tool_rounds"]
         st.details["tool_calls_executed"] = calls
         st.metric = (
-            f"{self.rollout_engine().label()}; {st.details['seconds_per_step'] or 0:.1f} s/step; "
+            f"{self.rollout_engine().label()}; first step at {first or 0:.0f} s; "
+            f"{st.details['seconds_per_step'] or 0:.1f} s/step; "
             f"reward {' '.join(f'{x:+.2f}' for x in st.details['reward_mean'])}; "
             f"val acc {val_acc(val)}; tool rounds/response {st.details['tool_rounds_per_response']:.2f}; "
             f"tool calls executed {calls}"

@@ -75,6 +75,33 @@ class Progress:
         )
 
 
+class FirstStepClock:
+    """When a trainer's log first shows a finished step, in seconds since its stage started.
+
+    Why: the time to the first step is the start-up a user waits through before any progress (Ray, the FSDP workers,
+    the vLLM servers, the agent-loop workers, validation before training), and the number the start-up target is
+    judged by; the per-step median says nothing about it. Polled as the stage runs (every half second, reading the
+    log only when it grew), so it is accurate to the poll, not to the heartbeat.
+    """
+
+    def __init__(self, log: Path, progress: Progress) -> None:
+        self.log, self.progress = log, progress
+        self.seconds: float | None = None
+        self._size = -1
+
+    def poll(self, elapsed_s: float) -> None:
+        if self.seconds is not None:
+            return
+        try:
+            size = os.path.getsize(self.log)
+        except OSError:
+            return
+        if size != self._size:
+            self._size = size
+            if step_times(step_metrics(read_tail(self.log)), self.progress.time_key):
+                self.seconds = elapsed_s
+
+
 def read_tail(log: Path, limit: int = 4_000_000) -> str:
     """The last ``limit`` bytes of ``log`` (trainer logs of long runs grow; the recent steps are at the end)."""
     try:

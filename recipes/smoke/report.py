@@ -4,6 +4,7 @@
 ``failed_stage``, ``fast``, ``device`` (the platform), ``platform``, ``hardware_profile``, ``rollout_engine``,
 ``rollout_engine_version``, ``task``, ``seed``, ``scale``, ``python``,
 ``out``, ``from_sft``, ``seconds``, ``stages``, ``sft_losses``, ``sft_seconds_per_step``, ``rl_seconds_per_step``,
+``rl_first_step_s`` (seconds from the RL stage's start to its first finished step),
 ``tool_call_rate``, ``rl_tool_calls``, ``rl_reward_mean``, ``sandbox``; with ``--learn`` also the learning check's
 ``learn_ok``, ``learn_verdict``, ``val_acc_before``, ``val_acc_after``, ``tool_call_rate_before``,
 ``tool_call_rate_after``, ``rl_steps`` and ``learning_curve`` (recipes/smoke/learn.py).
@@ -82,6 +83,7 @@ def summary(
         "sft_losses": sft.get("losses", []),
         "sft_seconds_per_step": sft.get("seconds_per_step"),
         "rl_seconds_per_step": rl.get("seconds_per_step"),
+        "rl_first_step_s": rl.get("first_step_s"),
         "tool_call_rate": check.get("rate"),
         "rl_tool_calls": rl.get("tool_calls_executed", 0),
         "rl_reward_mean": rl.get("reward_mean", []),

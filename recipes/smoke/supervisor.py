@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
-from recipes.smoke.progress import Progress, read_tail
+from recipes.smoke.progress import FirstStepClock, Progress, read_tail
 
 KIT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -175,9 +175,10 @@ def run_logged(
     label: str,
     heartbeat_s: float = 20.0,
     progress: Progress | None = None,
-) -> None:
+) -> float | None:
     """Run ``cmd`` with output to ``log``, printing a progress line every ``heartbeat_s``: for a trainer
-    (``progress``) ``step k/N``, seconds per step and an ETA, otherwise the elapsed time.
+    (``progress``) ``step k/N``, seconds per step and an ETA, otherwise the elapsed time. Returns, for a trainer,
+    the seconds from the start to its first finished step (:class:`FirstStepClock`; None without one).
 
     The command's process group is killed on timeout or interrupt, so a hung trainer never outlives the stage.
     """
@@ -187,11 +188,14 @@ def run_logged(
         out.write("$ " + " ".join(cmd) + "\n")
         out.flush()
         proc = popen_tied(cmd, stdout=out, env=env)
+        clock = FirstStepClock(log, progress) if progress is not None else None
         try:
             next_beat = start + heartbeat_s
             while proc.poll() is None:
                 time.sleep(0.5)
                 now = time.monotonic()
+                if clock is not None:
+                    clock.poll(now - start)
                 if now - start > timeout:
                     raise StageError(f"{label}: timed out after {timeout:.0f} s (log: {log})")
                 if now >= next_beat:
@@ -206,6 +210,7 @@ def run_logged(
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise StageError(f"{label}: exit status {proc.returncode} (log: {log})\n{tail}")
+    return clock.seconds if clock is not None else None
 
 
 def exit_on_signals() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from recipes.smoke.progress import (
     RL_STEP_TIME,
     SFT_STEP_TIME,
+    FirstStepClock,
     Progress,
     median_step_seconds,
     read_tail,
@@ -56,3 +57,16 @@ def test_read_tail(tmp_path: Path) -> None:
     assert read_tail(log, limit=30).endswith("step:7 - train/time(s):1.5\n")
     assert len(read_tail(log, limit=30)) == 30
     assert read_tail(tmp_path / "missing.log") == ""
+
+
+def test_first_step_clock_stops_at_the_first_training_step(tmp_path: Path) -> None:
+    log = tmp_path / "rl.log"
+    clock = FirstStepClock(log, Progress(2, RL_STEP_TIME))
+    clock.poll(1.0)  # no log yet
+    log.write_text("starting\n" + RL_LOG.splitlines()[0] + "\n")  # validation before training is not a step
+    clock.poll(2.0)
+    assert clock.seconds is None
+    log.write_text(RL_LOG)
+    clock.poll(3.5)
+    clock.poll(9.0)
+    assert clock.seconds == 3.5

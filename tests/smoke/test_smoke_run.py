@@ -55,8 +55,13 @@ def test_every_stage_ok_and_table_printed(smoke: dict) -> None:
     assert (summary["platform"], summary["hardware_profile"], summary["scale"]) == ("cpu", "cpu", "smoke")
     assert summary["device"] == summary["platform"]  # the old field keeps its meaning
     assert summary["sft_seconds_per_step"] > 0 and summary["rl_seconds_per_step"] > 0
+    rl_seconds = next(s["seconds"] for s in summary["stages"] if s["name"] == "rl")
+    assert 0 < summary["rl_first_step_s"] < rl_seconds, (summary["rl_first_step_s"], rl_seconds)
     assert re.search(r"\[smoke\]   sft: step \d+/96, [0-9.]+ s/step, ETA ", smoke["stdout"]), "no progress line"
-    print(f"\n[smoke --fast] wall {smoke['wall']:.0f} s")
+    print(
+        f"\n[smoke --fast] wall {smoke['wall']:.0f} s; RL's first step {summary['rl_first_step_s']:.0f} s "
+        "into its stage"
+    )
 
 
 def test_sft_learned_the_tool_call_format(smoke: dict) -> None:
