@@ -181,7 +181,7 @@ class CpuPlatform(Platform):
         reason = (
             "kit: verl imports these first in every process (verl/__init__.py:40-43); vllm_cpu_probe skips vLLM's XPU "
             "probe, which imports IPEX (4.4 s of CPU) in each process that reads vLLM's config, on a torch without "
-            "XPU (npu_kernels/platform/vllm_cpu_probe.py; tests/test_vllm_cpu_probe.py)"
+            "XPU (npu_kernels/platform/vllm_cpu_probe.py; tests/test_cpu_startup.py)"
         )
         return EnvVar(EXTERNAL_MODULES_ENV, ",".join(dict.fromkeys([VLLM_PROBE_MODULE, *given])), reason)
 

@@ -15,7 +15,7 @@ runs as vLLM wrote it. vLLM's own use of IPEX is untouched: its CPU attention ba
 How it reaches every process: ``VERL_USE_EXTERNAL_MODULES`` (verl imports the modules it names first,
 ``verl/__init__.py:40-43``; the cpu platform's RL environment names this one). Importing it patches ``vllm.platforms``
 when something first imports it (:mod:`.post_import`), so a process that never touches vLLM pays nothing.
-Measured: ``tests/test_vllm_cpu_probe.py``.
+Measured: ``tests/test_cpu_startup.py``.
 """
 
 from __future__ import annotations
