@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from kit_testing import UnpatchedVerl, extract_verl, verl_tree, verl_without_patch
+
+TESTS_DIR = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="session")
@@ -30,21 +33,56 @@ def kit_verl_without(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str]
     return make
 
 
-#: Why the learning check is left out of a plain run: measured on CI's kind of machine (2 cores), the suite without it
-#: took 40.6 min and with it 58.5 min of pytest (tests/smoke/test_learning_run.py: 18.6 min), so CI, which also builds
-#: the venv (~7.5 min), would pass its 60-minute budget. It runs when asked for.
-LEARN_LEFT_OUT = (
-    "the learning check (~17 min) runs with `bash scripts/test.sh -m learn` or as `bash scripts/smoke.sh`; the default "
-    "run leaves it out: with it, CI would take ~67 min (budget 60)"
+#: Why the --fast pipeline check is left out of a plain run: CI has 60 minutes, and the default run already checks the
+#: pipeline on the main job itself (tests/smoke/test_learning_run.py, through tests/kit_main_job.py). Measured on CI's
+#: kind of machine (2 cores): the suite with both took 58.5 min of pytest, the --fast run 5.7 min of it
+#: (tests/smoke/test_smoke_run.py) and the learning run 18.6 min.
+OPT_IN_MARKERS = {
+    "fast_smoke": (
+        "the --fast pipeline check (~6 min) runs with `bash scripts/test.sh -m fast_smoke`; the default run checks the "
+        "same stages on the main job (test_learning_run.py) and stays within CI's 60 minutes"
+    ),
+}
+
+
+#: Tests with wall-clock bounds (a sandbox timeout plus slack, a restart within N s, a kill racing a step) or that look
+#: at every thread of the pytest process: the default run (scripts/test.sh) runs them in its sequential phase, with the
+#: end-to-end runs, not beside another test on a 2-core machine. Seen under 2 workers: a call sent 19 ms after the
+#: sandbox's kill was reset (tests/faults/test_sandbox_killed_mid_step.py), and an xdist thread that ended during the
+#: affinity walk (tests/test_vllm_cpu_threads.py).
+SERIAL_FILES = (
+    "faults/",
+    "sandbox/test_load.py",
+    "sandbox/test_worker_death.py",
+    "sandbox/test_keepalive.py",
+    "sandbox/test_bad_inputs.py",
+    "retool/test_answer.py",
+    "retool/test_reward.py",
+    "retool/test_tool.py",
+    "recipes/test_ray_cluster.py",
+    "smoke/test_cli.py",
+    "smoke/test_models.py",
+    "test_vllm_cpu_threads.py",
 )
 
 
+def _is_serial(item: pytest.Item) -> bool:
+    relative = item.path.relative_to(TESTS_DIR).as_posix()
+    return any(relative.startswith(prefix) for prefix in SERIAL_FILES)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection, which reads the serial marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Skip ``learn`` tests unless the marker expression asks for them (``-m learn``, ``-m 'slow and learn'``)."""
-    markexpr = config.getoption("markexpr") or ""
-    if "learn" in markexpr.replace("not learn", ""):
-        return
-    skip = pytest.mark.skip(reason=LEARN_LEFT_OUT)
+    """Mark the :data:`SERIAL_FILES` tests ``serial``; skip opt-in tests unless the marker expression names their
+    marker (``-m fast_smoke``, ``-m 'slow and fast_smoke'``)."""
     for item in items:
-        if "learn" in item.keywords:
-            item.add_marker(skip)
+        if _is_serial(item):
+            item.add_marker(pytest.mark.serial)
+    markexpr = config.getoption("markexpr") or ""
+    for marker, reason in OPT_IN_MARKERS.items():
+        if marker in markexpr.replace(f"not {marker}", ""):
+            continue
+        skip = pytest.mark.skip(reason=reason)
+        for item in items:
+            if marker in item.keywords:
+                item.add_marker(skip)

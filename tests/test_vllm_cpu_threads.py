@@ -27,11 +27,20 @@ class _PinningWorker:
     def init_device(self) -> None:
         first = min(os.sched_getaffinity(0))
         for name in os.listdir("/proc/self/task"):
-            os.sched_setaffinity(int(name), {first})
+            try:
+                os.sched_setaffinity(int(name), {first})
+            except ProcessLookupError:  # a thread that ended meanwhile (seen under pytest-xdist)
+                continue
 
 
 def _thread_affinities() -> list[set[int]]:
-    return [os.sched_getaffinity(int(name)) for name in os.listdir("/proc/self/task")]
+    affinities = []
+    for name in os.listdir("/proc/self/task"):
+        try:
+            affinities.append(os.sched_getaffinity(int(name)))
+        except ProcessLookupError:  # ended meanwhile
+            continue
+    return affinities
 
 
 @needs_two_cores

@@ -1,0 +1,123 @@
+"""The main job's pipeline checks, shared by its two end-to-end tests.
+
+``bash scripts/smoke.sh`` (the learning check on SmolLM2, tests/smoke/test_learning_run.py, in the default run) and
+``bash scripts/smoke.sh --fast`` (the same stages on the tiny random model, tests/smoke/test_smoke_run.py, run with
+``-m fast_smoke``) go through the same pipeline code (recipes/smoke/pipeline.py); only the model, the task and the
+sizes differ. Each check here reads one run's ``summary.json``, stdout and output folder.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+from kit_testing import REPO_ROOT, kit_env
+
+from npu_kernels.platform import CPU
+
+PIPELINE_STAGES = ["env", "model", "data", "sft", "merge", "tool-call check", "sandbox", "rl", "eval", "plots"]
+PLOTS = {"val_acc", "reward", "response_length", "turns", "step_time", "overview"}
+
+
+def run_smoke(out: Path, *args: str, timeout: int) -> dict:
+    """``bash scripts/smoke.sh ARGS --out OUT``: {"rc", "summary" ({} if none), "stdout", "stderr", "out", "wall"}."""
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "smoke.sh"), *args, "--out", str(out)],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
+        cwd=REPO_ROOT,
+        timeout=timeout,
+    )
+    wall = time.monotonic() - t0
+    print(proc.stdout[-6000:])
+    summary_file = out / "summary.json"
+    summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+    return {
+        "rc": proc.returncode,
+        "summary": summary,
+        "stdout": proc.stdout,
+        "stderr": proc.stderr,
+        "out": out,
+        "wall": wall,
+    }
+
+
+def check_every_stage_ok(run: dict, stages: list[str], sft_steps: int) -> None:
+    """Every stage ran and is ok, in order, in the printed table; the cpu profile; the progress line; RL timed."""
+    summary = run["summary"]
+    assert summary, f"no summary.json (rc {run['rc']}):\n{run['stdout'][-8000:]}\n{run['stderr'][-4000:]}"
+    assert summary["ok"] is True and summary["failed_stage"] is None, (
+        f"failed at {summary['failed_stage']}:\n{run['stdout'][-8000:]}"
+    )
+    assert [s["name"] for s in summary["stages"]] == stages
+    assert all(s["status"] == "ok" for s in summary["stages"]), [(s["name"], s["status"]) for s in summary["stages"]]
+    for name in stages:
+        assert f"| {name}" in run["stdout"], f"stage {name} missing from the printed table"
+    assert run["rc"] == 0
+    assert (summary["platform"], summary["hardware_profile"], summary["scale"]) == ("cpu", "cpu", "smoke")
+    assert summary["device"] == summary["platform"]  # the old field keeps its meaning
+    assert summary["sft_seconds_per_step"] > 0 and summary["rl_seconds_per_step"] > 0
+    rl_seconds = next(s["seconds"] for s in summary["stages"] if s["name"] == "rl")
+    assert 0 < summary["rl_first_step_s"] < rl_seconds, (summary["rl_first_step_s"], rl_seconds)
+    progress = rf"\[smoke\]   sft: step \d+/{sft_steps}, [0-9.]+ s/step, ETA "
+    assert re.search(progress, run["stdout"]), "no progress line"
+
+
+def check_sft_learned_the_tool_call_format(run: dict) -> None:
+    summary = run["summary"]
+    losses = summary["sft_losses"]
+    assert len(losses) >= 10 and all(math.isfinite(x) for x in losses), losses
+    assert losses[-1] < 0.5 * losses[0], f"SFT loss did not fall: {losses[0]} -> {losses[-1]}"
+    assert summary["tool_call_rate"] > 0, "the SFT model never emitted a well-formed <tool_call>"
+
+
+def check_rl_executed_tool_calls_in_the_sandbox(run: dict, rl_steps: int) -> None:
+    """Calls from the SFT'd policy (not a mock) ran in the sandbox, rolled out by the platform's engine (verl's vLLM
+    async server on vLLM's CPU build, which CI requires)."""
+    summary = run["summary"]
+    engine = CPU.rollout_engine()  # vLLM's CPU build where the venv has it (CI requires it), else the hf rollout
+    assert (summary["rollout_engine"], summary["rollout_engine_version"]) == (engine.name, engine.version), summary
+    if engine.name == "vllm":  # the calls came through verl's vLLM async server
+        assert "vLLMHttpServer" in (run["out"] / "logs" / "rl.log").read_text()
+    assert summary["rl_tool_calls"] >= 1
+    assert summary["sandbox"]["calls"] >= 1 and summary["sandbox"]["failures"] == 0, summary["sandbox"]
+    rl = next(s for s in summary["stages"] if s["name"] == "rl")["details"]
+    assert len(rl["reward_mean"]) == rl_steps and all(math.isfinite(x) for x in rl["reward_mean"])
+    assert all(math.isfinite(x) for x in rl["pg_loss"])
+    assert rl["val_core"], "no validation metrics (val_before_train)"
+    assert rl["rollout_tool_rounds"] + rl["val_tool_rounds"] >= 1
+
+
+def check_sandbox_stopped(run: dict) -> None:
+    out: Path = run["out"]
+    assert not (out / "sandbox.pid").exists()
+    pid = next(s for s in run["summary"]["stages"] if s["name"] == "sandbox")["details"]["pid"]
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except FileNotFoundError:
+        return  # gone
+    assert "sandbox" not in cmdline, f"the sandbox (pid {pid}) is still running: {cmdline}"
+
+
+def check_artifacts(run: dict, eval_sources: set[str]) -> None:
+    out: Path = run["out"]
+    assert list((out / "rl" / "val_generations").glob("*.jsonl")), "no validation generations dumped"
+    assert list((out / "rl" / "tensorboard").rglob("events.out.tfevents.*")), "no tensorboard events"
+    report = json.loads((out / "eval" / "eval.json").read_text())
+    assert report["samples"] > 0 and set(report["sources"]) == eval_sources, report["sources"]
+    pngs = list((out / "plots").glob("*.png"))
+    assert {p.stem for p in pngs} >= PLOTS
+    assert all(p.stat().st_size > 5000 for p in pngs)
+    assert (out / "sft" / "hf_merged" / "config.json").is_file()
+    for log in ("sft.log", "merge.log", "rl.log", "eval.log", "plots.log"):
+        assert (out / "logs" / log).is_file()
+    for log in ("sft.log", "rl.log"):  # the trainers ran the cpu profile at the smoke scale, explicitly
+        assert "--hw cpu --scale smoke" in (out / "logs" / log).read_text().splitlines()[0]
+    assert os.path.getsize(out / "logs" / "rl.log") > 0

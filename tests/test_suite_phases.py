@@ -1,0 +1,78 @@
+"""The default test run's two phases (scripts/test.sh): quick tests on two workers, then the end-to-end runs and the
+timing-bound tests alone (tests/conftest.py marks them ``serial``). A wrong mark would put a 17-minute learning run
+or a kill-timing test beside another test on a 2-core machine; a stale path would drop a test's protection silently.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from kit_testing import REPO_ROOT, kit_env
+
+TESTS = REPO_ROOT / "tests"
+SAMPLE = (
+    "tests/test_pins.py",  # quick: phase 1
+    "tests/faults/test_sandbox_killed_mid_step.py",  # serial: phase 2
+    "tests/smoke/test_learning_run.py",  # slow (the main job): phase 2
+    "tests/smoke/test_smoke_run.py",  # fast_smoke: only when asked for
+)
+
+
+def _phase_expressions() -> list[str]:
+    """The ``-m`` expressions of test.sh's default run, in order."""
+    script = (REPO_ROOT / "scripts" / "test.sh").read_text()
+    return re.findall(r'-m pytest -m "([^"]+)"', script)
+
+
+def _collected(markexpr: str) -> dict[str, int]:
+    """{test file: how many of its tests the expression selects and does not skip}, over :data:`SAMPLE`."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", markexpr, *SAMPLE],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
+    assert proc.returncode in (0, 5), proc.stdout[-3000:] + proc.stderr[-3000:]
+    counts: dict[str, int] = {}
+    for line in proc.stdout.splitlines():
+        if "::" in line:
+            path = line.split("::", 1)[0]
+            counts[path] = counts.get(path, 0) + 1
+    return counts
+
+
+def test_every_serial_path_names_tests() -> None:
+    from conftest import SERIAL_FILES  # importable: tests/ is on pythonpath
+
+    for prefix in SERIAL_FILES:
+        matches = list(TESTS.glob(f"{prefix}**/test_*.py")) if prefix.endswith("/") else [TESTS / prefix]
+        assert matches and all(path.is_file() for path in matches), f"SERIAL_FILES names {prefix}: no such tests"
+
+
+def test_the_two_phases_split_the_suite_as_documented() -> None:
+    quick, alone = _phase_expressions()
+    assert (quick, alone) == ("not slow and not serial", "slow or serial")
+    phase_1, phase_2 = _collected(quick), _collected(alone)
+    assert set(phase_1) == {"tests/test_pins.py"}, phase_1
+    assert set(phase_2) == {
+        "tests/faults/test_sandbox_killed_mid_step.py",
+        "tests/smoke/test_learning_run.py",
+        "tests/smoke/test_smoke_run.py",  # collected, then skipped with its reason (opt-in)
+    }, phase_2
+
+
+def test_the_default_run_skips_the_fast_smoke_with_its_reason() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "slow or serial", "tests/smoke/test_smoke_run.py"],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and re.search(r"\b5 skipped\b", proc.stdout), proc.stdout[-3000:]
+    assert "bash scripts/test.sh -m fast_smoke" in proc.stdout
