@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -324,7 +325,11 @@ def test_a_root_that_cannot_be_a_folder_is_refused(tmp_path: Path, make: str, me
 
 
 def test_no_docker_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
-    env = {"HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "KIT_PYTHON": sys.executable}
+    bin_dir = tmp_path / "bin"  # what the scripts need, and no docker (a host may well have one in /usr/bin)
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname"):
+        (bin_dir / tool).symlink_to(shutil.which(tool) or f"/usr/bin/{tool}")
+    env = {"HOME": str(tmp_path / "home"), "PATH": str(bin_dir), "KIT_PYTHON": sys.executable}
     proc = _run("run_cuda.sh", env=env)
     assert proc.returncode == 2 and "docker not found" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "home").exists()

@@ -107,20 +107,22 @@ class _Handler(BaseHTTPRequestHandler):
             state.in_flight += 1
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
         try:
-            self._answer(request, fail, body, delay)
+            status, payload = self._answer(request, fail, body, delay)
         finally:
+            # before the answer goes out: once the client has it, it may send its next request, and a count still
+            # holding this one would see three in flight under a bound of two (seen on a loaded machine)
             with state.lock:
                 state.in_flight -= 1
+        self._send(status, payload)
 
-    def _answer(self, request: dict[str, Any], fail: int | None, body: str | None, delay: float) -> None:
+    def _answer(self, request: dict[str, Any], fail: int | None, body: str | None, delay: float) -> tuple[int, bytes]:
+        """(HTTP status, body) of the answer; sent by the caller once this request no longer counts as in flight."""
         if delay:
             time.sleep(delay)
         if fail is not None:
-            self._send(fail, json.dumps({"detail": f"injected {fail}"}).encode())
-            return
+            return fail, json.dumps({"detail": f"injected {fail}"}).encode()
         if body is not None:
-            self._send(200, body.encode())
-            return
+            return 200, body.encode()
         if request.get("language") != "python":
             answer = {"status": "SandboxError", "message": f"language {request.get('language')!r} not supported"}
         else:
@@ -134,7 +136,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "executor_pod_name": None,
                 "files": {},
             }
-        self._send(200, json.dumps(answer).encode())
+        return 200, json.dumps(answer).encode()
 
 
 class StubServer(ThreadingHTTPServer):
