@@ -585,7 +585,9 @@ def test_facts() -> None:
     assert cuda["image"] == f"retool-npu-kit:cuda-{pins.get('VLLM_CUDA_TAG')}"
     assert "NCCL_SOCKET_IFNAME" in cuda["socket_ifname_vars"]
     cpu = json.loads(_cli("facts", "--hw", "cpu", "--json").stdout)
-    assert cpu["devices_per_node"] is None and "image" not in cpu
+    assert cpu["devices_per_node"] is None and cpu["dockerfile"] == "docker/Dockerfile.cpu"
+    assert cpu["image"] == f"retool-npu-kit:cpu-{pins.get('CPU_BASE_TAG')}"
+    assert cpu["base_image"] == f"{pins.get('CPU_BASE_IMAGE')}:{pins.get('CPU_BASE_TAG')}"
 
 
 def test_ray_start_args_and_kernel_backends() -> None:

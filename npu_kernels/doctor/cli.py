@@ -17,6 +17,7 @@ from npu_kernels import pins
 from npu_kernels import platform as device
 from npu_kernels.cli_errors import entry_point, number_arg
 from npu_kernels.doctor.host import check_cann, check_npu_smi, check_platform
+from npu_kernels.doctor.image import check_image
 from npu_kernels.doctor.network import check_network
 from npu_kernels.doctor.probes import (
     CANN_ROOT,
@@ -64,6 +65,7 @@ def _has_node_shape(profile: HardwareProfile) -> bool:
 #: The checks in report order.
 REGISTRY: tuple[Group, ...] = (
     Group("platform", check_platform),
+    Group("image", check_image),
     Group("cann", check_cann, _on_host_stack),
     Group("npu-smi", check_npu_smi, _on_host_stack),
     Group("network", check_network),

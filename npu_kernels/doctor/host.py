@@ -16,6 +16,7 @@ from pathlib import Path
 
 from npu_kernels import pins
 from npu_kernels.ascend_probe import parse_npu_smi_info, read_cann_version, read_driver_version
+from npu_kernels.doctor.libs import check_vllm_libraries
 from npu_kernels.doctor.probes import (
     FAIL,
     OK,
@@ -134,6 +135,8 @@ def check_platform(ctx: Context) -> list[Result]:
             )
     results.append(_dist_backend(profile))
     results.append(_rollout_engine(platform))
+    if platform.rollout_engine().name == "vllm":
+        results += check_vllm_libraries(ctx)
     return results
 
 

@@ -67,6 +67,12 @@ def fail(check: str, summary: str, fix: str, **details: Any) -> Result:
     return Result(check, FAIL, summary, fix, details)
 
 
+def _probe_bwrap() -> str | None:
+    from npu_kernels.doctor.bwrap import probe_bwrap  # the module imports this one
+
+    return probe_bwrap()
+
+
 def _default_env() -> dict[str, str]:
     return dict(os.environ)
 
@@ -98,6 +104,10 @@ class Probes:
     #: The local address used to reach a peer (None: no route).
     local_address: Callable[[str], str | None] = route_source
     command_timeout_s: float = 30.0
+    #: None when bubblewrap can make the sandbox's namespaces here, else why not (npu_kernels/doctor/bwrap.py).
+    bwrap_probe: Callable[[], str | None] = field(default_factory=lambda: _probe_bwrap)
+    #: The file a stand-in base image carries (docker/standin/; npu_kernels/doctor/image.py).
+    standin_marker: Path = Path("/etc/retool-kit-standin.json")
 
 
 @dataclass

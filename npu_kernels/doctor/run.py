@@ -197,6 +197,14 @@ def sandbox_base(url: str) -> str:
 
 
 def check_sandbox(ctx: Context) -> list[Result]:
+    """The sandbox the run will call (:func:`ping_sandbox`), and whether bubblewrap can isolate code here
+    (npu_kernels/doctor/bwrap.py)."""
+    from npu_kernels.doctor.bwrap import check_bwrap
+
+    return [*ping_sandbox(ctx), check_bwrap(ctx)]
+
+
+def ping_sandbox(ctx: Context) -> list[Result]:
     """GET <base>/v1/ping of the sandbox the run will call: --sandbox-url, else RETOOL_SANDBOX_URL (the recipes'
     tool config reads that variable, so the doctor checks what the run would use)."""
     url, given_by = ctx.opts.sandbox_url, "--sandbox-url"

@@ -110,10 +110,15 @@ def check_versions(ctx: Context) -> list[Result]:
 
 
 def _patch_id(patch: Path) -> str | None:
-    """``git patch-id --stable`` of a patch file: what setup_verl.sh records, stable across rebases and renames."""
+    """``git patch-id --stable`` of a patch file: what setup_verl.sh records, stable across rebases and renames. Run
+    from ``/``: patch-id needs no repository, and a working directory inside one that git cannot use (a checkout
+    mounted into a container: another owner, a worktree's .git link to a host path) made it fail there (seen in the
+    CPU image under docker/run_cpu.sh, every patch "matched by name only")."""
     try:
         with patch.open("rb") as stdin:
-            proc = subprocess.run(["git", "patch-id", "--stable"], stdin=stdin, capture_output=True, timeout=30)
+            proc = subprocess.run(
+                ["git", "patch-id", "--stable"], stdin=stdin, capture_output=True, timeout=30, cwd="/"
+            )
     except (OSError, subprocess.TimeoutExpired):
         return None
     out = proc.stdout.decode(errors="replace").split()

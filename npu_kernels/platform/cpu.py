@@ -17,6 +17,7 @@ from npu_kernels.platform.base import (
     HYDRA_FULL_ERROR,
     RL_EXTERNAL_LIB_KEY,
     RL_ROLLOUT_NAME_KEY,
+    DeviceAccess,
     PinnedPackage,
     Platform,
     RolloutEngine,
@@ -138,6 +139,11 @@ class CpuPlatform(Platform):
     # "Sleep mode is not supported on current platform" (vllm/config/model.py:433-435); on CPU verl's sleep/wake_up
     # only log a warning (vllm/v1/worker/cpu_worker.py:83-89), so the KV cache and vLLM's weights stay in memory.
     vllm_sleep_mode = False
+    # The CPU image (docker/Dockerfile.cpu) needs no device. Ray's object store lives in /dev/shm,
+    # which docker sizes at 64 MB unless told (Ray then warns and puts its object store in /tmp: ray 2.48
+    # ray/_private/services.py:2117-2147).
+    device_access = DeviceAccess(shm_size="8g")
+    run_script = "docker/run_cpu.sh"
     # vLLM's CPU backend captures no graphs; verl's default is enforce_eager=False (rollout.yaml:38).
     vllm_enforce_eager = True
     # With prefix caching on, IPEX's decode kernel raises "Sliding window unsupported" (vllm/v1/attention/backends/

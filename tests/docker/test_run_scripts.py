@@ -383,3 +383,25 @@ def test_help_names_the_mounted_roots() -> None:
     for name, default in DATA_ROOTS.items():
         assert f"{name} (default {default})" in out
     assert "KIT_ALLOW_EPHEMERAL_CKPT=1" in out
+
+
+@pytest.mark.parametrize("script", ["run_cpu.sh", "run_cuda.sh"])
+def test_the_sandbox_can_make_its_namespaces_unless_told_not_to(script: str) -> None:
+    """Measured (docker 20.10): with docker's default seccomp profile and masked /proc, bubblewrap inside the
+    container cannot create its namespaces and the sandbox falls back; the run scripts lift both by default."""
+    from npu_kernels.platform.images import SANDBOX_NAMESPACE_ARGS
+
+    words = shlex.split(_run(script, "--dry-run").stdout)
+    joined = " ".join(words)
+    assert " ".join(SANDBOX_NAMESPACE_ARGS) in joined, joined
+    assert "systempaths=unconfined" in joined and "seccomp=unconfined" in joined
+    plain = " ".join(shlex.split(_run(script, "--dry-run", "--no-bwrap").stdout))
+    assert "seccomp=unconfined" not in plain and "systempaths" not in plain and plain.startswith("docker run")
+
+
+def test_the_cpu_image_runs_with_a_large_shm_and_no_devices() -> None:
+    proc = _run("run_cpu.sh", "--dry-run", "--", "bash", "scripts/smoke.sh", "--fast")
+    assert proc.returncode == 0, proc.stderr
+    words = shlex.split(proc.stdout)
+    assert "--shm-size=8g" in words and not [w for w in words if w.startswith(("--device", "--gpus"))]
+    assert words[-3:] == ["bash", "scripts/smoke.sh", "--fast"] and words[-4].startswith("retool-npu-kit:cpu-")

@@ -126,14 +126,22 @@ def test_every_problem_carries_a_fix() -> None:
 
 def test_in_process_probes_sandbox_and_disk(tmp_path: Path) -> None:
     """Probes/Options are the API the CLI sits on: a run with only injected inputs, no subprocess."""
-    probes = Probes(env={}, dev_root=tmp_path, detect_platform=lambda: CPU)
+    no_userns = "bwrap: No permissions to create new namespace"
+    probes = Probes(env={}, dev_root=tmp_path, detect_platform=lambda: CPU, bwrap_probe=lambda: no_userns)
     opts = Options(profile="cpu", only=frozenset({"sandbox", "disk", "paths"}), ckpt_dir=tmp_path / "ckpt")
     opts.sandbox_url = "http://127.0.0.1:9/run_code"  # discard port: nothing listens
     opts.min_free_gb = 1e12
     opts.data = [tmp_path / "missing.parquet"]
     report = run_checks(opts, probes)
     status = {r.check: r.status for r in report.results}
-    assert status == {"sandbox": "FAIL", "paths.data.missing.parquet": "FAIL", "disk": "FAIL"}
+    assert status == {
+        "sandbox": "FAIL",
+        "sandbox.bwrap": "WARN",  # the sandbox would fall back to its own isolation: said, with how to get bwrap
+        "paths.data.missing.parquet": "FAIL",
+        "disk": "FAIL",
+    }
+    bwrap = next(r for r in report.results if r.check == "sandbox.bwrap")
+    assert no_userns in bwrap.summary and "user namespaces" in bwrap.fix
     assert report.exit_code == 1
     assert "fix: " in render_table(report)
 
@@ -141,13 +149,13 @@ def test_in_process_probes_sandbox_and_disk(tmp_path: Path) -> None:
 def test_sandbox_flag_wins_over_the_environment(tmp_path: Path) -> None:
     probes = Probes(env={"RETOOL_SANDBOX_URL": "http://127.0.0.1:9/run_code"}, detect_platform=lambda: CPU)
     opts = Options(profile="cpu", only=frozenset({"sandbox"}), sandbox_url="http://127.0.0.1:7/run_code")
-    (result,) = run_checks(opts, probes).results
+    result, _bwrap = run_checks(opts, probes).results
     assert result.status == FAIL and result.details == {
         "url": "http://127.0.0.1:7/v1/ping",
         "given_by": "--sandbox-url",
     }
     opts.sandbox_url = None
-    (result,) = run_checks(opts, probes).results
+    result, _bwrap = run_checks(opts, probes).results
     assert result.details["url"] == "http://127.0.0.1:9/v1/ping" and "RETOOL_SANDBOX_URL" in result.fix
 
 
@@ -161,10 +169,10 @@ def test_sandbox_base_url() -> None:
 
 
 def test_registry_applies_groups_by_platform_facts() -> None:
-    assert [group.name for group in REGISTRY][:2] == ["platform", "cann"]
+    assert [group.name for group in REGISTRY][:3] == ["platform", "image", "cann"]
     assert CHECKS["cann"].platforms() == CHECKS["npu-smi"].platforms() == ["npu"]  # the platform with setup scripts
     assert CHECKS["ray"].platforms() == ["cuda", "npu"]  # profiles with devices per node
-    for name in ("platform", "network", "versions", "patches", "env", "sandbox", "paths", "disk"):
+    for name in ("platform", "image", "network", "versions", "patches", "env", "sandbox", "paths", "disk"):
         assert CHECKS[name].applies is None, name
     for profile in PROFILES.values():
         assert CHECKS["cann"].applies(profile) == bool(profile.platform.setup_scripts), profile.name

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the fixture's class; conftest modules are not importable by
 
 GROUPS_ON_NPU = {
     "platform",
+    "image",
     "cann",
     "npu-smi",
     "network",

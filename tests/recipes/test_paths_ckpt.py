@@ -108,7 +108,10 @@ def test_check_ckpt_dir_refuses_the_container_root(tmp_path: Path, mountinfo: Ca
     assert len(problems) == 1 and problems[0].error
     message = problems[0].message
     assert "own filesystem" in message and "vanish" in message
-    assert "docker/run_npu.sh" in message and f"{mounts.EPHEMERAL_CKPT_ENV}=1" in message
+    assert (
+        all(s in message for s in ("docker/run_npu.sh", "docker/run_cuda.sh", "docker/run_cpu.sh"))
+        and f"{mounts.EPHEMERAL_CKPT_ENV}=1" in message
+    )
     mountinfo(PODMAN + f"50 1 8:1 / {tmp_path} rw - xfs /dev/sdb1 rw\n")  # a host folder mounted over it
     assert paths.check_ckpt_dir(ckpt, None) == []
     mountinfo(HOST)

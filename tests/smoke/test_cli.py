@@ -85,6 +85,14 @@ def test_check_args_runs_the_cpu_smoke_in_the_venv() -> None:
         assert proc.returncode == 0 and proc.stdout.strip() == cli.VENV, (args, proc.stdout, proc.stderr)
 
 
+def test_check_args_in_the_cpu_image_runs_the_images_python() -> None:
+    """docker/Dockerfile.cpu sets KIT_IMAGE=cpu: its Python carries the CPU stack, so no .venv is built inside."""
+    proc = _check_args("--fast", KIT_DEVICE="cpu", KIT_IMAGE="cpu")
+    assert proc.returncode == 0 and proc.stdout.strip() == sys.executable, proc.stdout + proc.stderr
+    proc = _check_args("--fast", KIT_DEVICE="cpu", KIT_IMAGE="a3")  # another profile's image: the CPU stack is not it
+    assert proc.returncode == 0 and proc.stdout.strip() == cli.VENV, proc.stdout + proc.stderr
+
+
 def test_check_args_writes_the_answer_to_the_given_fd() -> None:
     code = (
         "import os, subprocess, sys; r, w = os.pipe(); "
