@@ -13,6 +13,8 @@ import importlib.machinery
 import importlib.metadata
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -67,10 +69,32 @@ def fail(check: str, summary: str, fix: str, **details: Any) -> Result:
     return Result(check, FAIL, summary, fix, details)
 
 
-def _probe_bwrap() -> str | None:
-    from npu_kernels.doctor.bwrap import probe_bwrap  # the module imports this one
+#: The namespaces the sandbox's workers ask bwrap for (sandbox/isolation.py bwrap_prefix): ipc, pid, net, uts, a
+#: fresh /proc and /dev; as root no user namespace (it keeps per-slot uids) and every capability dropped, otherwise a
+#: user namespace. A probe that asked for more than the sandbox does said OK where the sandbox fell back (seen in the
+#: CPU image: a user namespace was allowed, root's namespaces were not).
+BWRAP_COMMON = ("--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--unshare-ipc", "--unshare-pid")
+BWRAP_COMMON += ("--unshare-net", "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent")
 
-    return probe_bwrap()
+
+def bwrap_probe_args(root: bool) -> tuple[str, ...]:
+    return (*BWRAP_COMMON, *(("--cap-drop", "ALL") if root else ("--unshare-user",)), "true")
+
+
+def probe_bwrap(timeout_s: float = 20.0) -> str | None:
+    """None when bwrap made its namespaces; else why not (bwrap's own last line, or that it is missing)."""
+    binary = shutil.which("bwrap")
+    if binary is None:
+        return "bwrap is not installed"
+    try:
+        args = bwrap_probe_args(os.geteuid() == 0)
+        proc = subprocess.run([binary, *args], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bwrap did not run: {exc}"
+    if proc.returncode == 0:
+        return None
+    lines = (proc.stderr or proc.stdout).strip().splitlines()
+    return lines[-1] if lines else f"bwrap exited {proc.returncode}"
 
 
 def _default_env() -> dict[str, str]:
@@ -105,7 +129,7 @@ class Probes:
     local_address: Callable[[str], str | None] = route_source
     command_timeout_s: float = 30.0
     #: None when bubblewrap can make the sandbox's namespaces here, else why not (npu_kernels/doctor/bwrap.py).
-    bwrap_probe: Callable[[], str | None] = field(default_factory=lambda: _probe_bwrap)
+    bwrap_probe: Callable[[], str | None] = field(default_factory=lambda: probe_bwrap)
     #: The file a stand-in base image carries (docker/standin/; npu_kernels/doctor/image.py).
     standin_marker: Path = Path("/etc/retool-kit-standin.json")
 
