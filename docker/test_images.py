@@ -8,6 +8,10 @@ through the kit's own ``docker/run_<platform>.sh``, prints a table (image, build
 made. Host side, standard library only.
 
     python3 docker/test_images.py [--hw cpu] [--keep] [--skip-smoke] [--out DIR]
+
+KIT_DOCKER_STORAGE picks the storage driver of a daemon it starts (default overlay2; vfs where overlay cannot mount:
+the launcher's refusal of a checkpoint dir on the container's own filesystem looks for an overlay root, so under vfs
+the ckpt check reports that refusal missing).
 """
 
 from __future__ import annotations
@@ -85,7 +89,9 @@ def ensure_dockerd(out: Path) -> None:
         if os.geteuid() != 0 or shutil.which("apt-get") is None:
             sys.exit("test_images: no docker daemon answers, and dockerd cannot be installed here (needs root + apt)")
         say("installing docker.io (apt)")
-        subprocess.run(["apt-get", "install", "-y", "-q", "docker.io"], check=True, capture_output=True)
+        apt = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True, env=apt)
+        subprocess.run(["apt-get", "install", "-y", "-q", "docker.io"], check=True, capture_output=True, env=apt)
     storage = os.environ.get("KIT_DOCKER_STORAGE", "overlay2")
     say(f"starting dockerd (--storage-driver={storage} {' '.join(DOCKERD_ARGS)}); log {out / 'dockerd.log'}")
     with (out / "dockerd.log").open("a") as log:
@@ -186,7 +192,11 @@ def run_in_image(profile_name: str, ckpt_root: Path, command: list[str], log: Pa
 
 def check_doctor(profile_name: str, row: Row, roots: Path, out: Path) -> None:
     rc, text = run_in_image(
-        profile_name, roots, ["retool-doctor", "--only", "image,versions,patches,env"], out / "doctor.log", 600
+        profile_name,
+        roots,
+        ["retool-doctor", "--only", "platform,image,versions,patches,env,sandbox"],
+        out / "doctor.log",
+        600,
     )
     standin = "stand-in" in row.base
     said = "STAND-IN base" in text
