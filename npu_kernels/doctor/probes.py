@@ -129,7 +129,7 @@ class Probes:
     local_address: Callable[[str], str | None] = route_source
     command_timeout_s: float = 30.0
     #: None when bubblewrap can make the sandbox's namespaces here, else why not (npu_kernels/doctor/bwrap.py).
-    bwrap_probe: Callable[[], str | None] = field(default_factory=lambda: probe_bwrap)
+    bwrap_probe: Callable[[], str | None] = probe_bwrap
     #: The file a stand-in base image carries (docker/standin/; npu_kernels/doctor/image.py).
     standin_marker: Path = Path("/etc/retool-kit-standin.json")
 

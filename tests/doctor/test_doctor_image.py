@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from npu_kernels.doctor.cli import run_checks
 from npu_kernels.doctor.probes import INFO, OK, WARN, Options, Probes
 from npu_kernels.platform import CPU
@@ -78,8 +80,6 @@ def test_vllm_kernels_missing_a_system_library_fail_with_the_package(tmp_path: P
     """The first CPU image lacked libnuma.so.1: vLLM's _C could not load and the RL stage died minutes in. The
     doctor runs ldd on vLLM's shared objects (here a stand-in ldd that reports what that image's did)."""
     if CPU.rollout_engine().name != "vllm":
-        import pytest
-
         pytest.skip("this venv rolls out with hf: the check only runs where vLLM is the engine")
     site, fake_bin = tmp_path / "site", tmp_path / "bin"
     (site / "vllm").mkdir(parents=True)
