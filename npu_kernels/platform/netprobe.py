@@ -9,8 +9,10 @@ only; no platform branches (the socket-interface variables are the platform's, `
 
 from __future__ import annotations
 
+import fcntl
 import re
 import socket
+import struct
 import subprocess
 from dataclasses import dataclass
 
@@ -37,12 +39,34 @@ def parse_ip_addr(text: str) -> list[InterfaceAddress]:
 
 
 def run_ip_addr() -> str | None:
-    """``ip -o -4 addr show``: every IPv4 address with its interface, one line each; None without iproute2."""
+    """``ip -o -4 addr show``: every IPv4 address with its interface, one line each. Without iproute2 (the slim
+    images: python:3.11-slim has no ``ip``, and ``scripts/test_images.sh --two-node`` found ray_cluster.sh refusing
+    to start there) the same lines from the kernel (:func:`ioctl_ip_addr`); None when neither answers."""
     try:
         proc = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
+        return ioctl_ip_addr()
+    return proc.stdout if proc.returncode == 0 else ioctl_ip_addr()
+
+
+#: ``SIOCGIFADDR`` (linux/sockios.h): an interface's primary IPv4 address.
+_SIOCGIFADDR = 0x8915
+
+
+def ioctl_ip_addr(names: list[tuple[int, str]] | None = None) -> str | None:
+    """Each interface's primary IPv4 address asked of the kernel (``SIOCGIFADDR``), written as ``ip -o -4 addr
+    show`` lines so one parser reads both; interfaces without IPv4 are left out. None when none has one.
+    ``names``: (index, name) pairs, default ``socket.if_nameindex()``. Secondary addresses are not seen (iproute2
+    needed for those)."""
+    lines = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for index, name in socket.if_nameindex() if names is None else names:
+            try:
+                packed = fcntl.ioctl(sock.fileno(), _SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+            except OSError:  # no IPv4 address on it (or gone)
+                continue
+            lines.append(f"{index}: {name}    inet {socket.inet_ntoa(packed[20:24])} scope global {name}")
+    return "\n".join(lines) + "\n" if lines else None
 
 
 def route_source(peer: str) -> str | None:

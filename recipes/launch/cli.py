@@ -24,13 +24,13 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point, whole_number_arg
 from npu_kernels.platform import PROFILE_ENV, PROFILE_NAMES, PROFILES, REFERENCE_PROFILE, applied, default_hardware
 from npu_kernels.platform.cli import add_profile_option, profiles_help
-from recipes.launch import catalog, inputs, restart
+from recipes.launch import catalog, cluster, inputs, ray_cpus, restart
 from recipes.launch.capacity import recipe_demand
 from recipes.launch.plan import Plan, build
 from recipes.launch.report import render
@@ -202,6 +202,23 @@ def _plan(
     return plan, env
 
 
+def _cluster_gate(plan: Plan, environ: Mapping[str, str]) -> Callable[[], str | None]:
+    """Before a supervised restart of a run on a Ray cluster: wait (bounded) until every node is back."""
+    assert plan.cfg is not None
+    nnodes = int(plan.cfg.trainer.nnodes)
+    address = environ.get("RAY_ADDRESS", "").strip() or None
+    text = environ.get(cluster.NODE_WAIT_ENV, "").strip()
+    try:
+        wait_s = float(text) if text else cluster.NODE_WAIT_DEFAULT_S
+    except ValueError:
+        raise UsageError(f"{cluster.NODE_WAIT_ENV}={text!r} is not a number of seconds") from None
+
+    def gate() -> str | None:
+        return cluster.wait_for_nodes(plan.hw, nnodes, address, wait_s, lambda line: print(line, file=sys.stderr))
+
+    return gate
+
+
 @entry_point(RUN_PROG)  # inside retool-launch's boundary: a run script's errors carry the run script's name
 def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     """Environment, plan, then exec: the whole launch the run scripts used to do in bash."""
@@ -218,7 +235,8 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         return EXIT_OK
     if args.max_restarts:
         print(f"run_recipe: run {' '.join(plan.command)}", file=sys.stderr, flush=True)
-        return restart.supervise(plan.command, env, ckpt_dir, args.max_restarts)
+        gate = _cluster_gate(plan, environ) if ray_cpus.joins_a_cluster(recipe.phase, plan.cfg, environ) else None
+        return restart.supervise(plan.command, env, ckpt_dir, args.max_restarts, before_restart=gate)
     print(f"run_recipe: exec {' '.join(plan.command)}", file=sys.stderr, flush=True)
     os.execvpe(plan.command[0], plan.command, env)
     return EXIT_FAILED  # not reached

@@ -117,6 +117,42 @@ def cluster_problems(hw: str, expected_nodes: int, address: str | None) -> list[
     return evaluate(states, hw, expected_nodes)
 
 
+#: How long a supervised multi-node run waits for its cluster before a restart (``--max-restarts``), in seconds.
+NODE_WAIT_ENV = "KIT_RESTART_NODE_WAIT_S"
+NODE_WAIT_DEFAULT_S = 600.0
+
+
+def wait_for_nodes(
+    hw: str,
+    expected_nodes: int,
+    address: str | None,
+    wait_s: float,
+    say: Callable[[str], None],
+    poll_s: float = 10.0,
+) -> str | None:
+    """None once the cluster has ``expected_nodes`` live nodes again, else (after ``wait_s``) why not, with the fix.
+
+    Why: a run whose worker node died (its container killed, the host rebooted) ends within seconds (the surviving
+    ranks' collectives fail: "Connection closed by peer [node]"), but relaunching it onto a cluster with a node
+    missing starts a trainer whose placement group can never be scheduled: verl waits forever without a word. The
+    node's own restart (``ray_cluster.sh worker`` again) is the operator's; this waits for it, bounded."""
+    deadline = time.monotonic() + wait_s
+    problems = cluster_problems(hw, expected_nodes, address)
+    if problems:
+        say(f"restart: waiting up to {wait_s:.0f} s for the Ray cluster ({'; '.join(problems)})")
+    while problems and time.monotonic() < deadline:
+        time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
+        problems = cluster_problems(hw, expected_nodes, address)
+    if not problems:
+        return None
+    return (
+        f"the Ray cluster is not whole after {wait_s:.0f} s: {'; '.join(problems)}. A node left it: start Ray on it "
+        f"again (bash scripts/ray_cluster.sh worker --hw {hw} --address HEAD:PORT --with-sandbox), check with "
+        f"`bash scripts/ray_cluster.sh status --hw {hw} --nodes {expected_nodes}`, then re-run the same command: it "
+        f"resumes from the newest checkpoint ({NODE_WAIT_ENV} sets the wait)"
+    )
+
+
 def status(hw: str, expected_nodes: int, address: str | None) -> int:
     profile = PROFILES[hw]
     resource = profile.platform.ray_resource
@@ -288,6 +324,14 @@ def _add_node_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--nodes", type=int, default=1, help="status: expected number of nodes (default 1)")
     parser.add_argument(
+        "--num-cpus",
+        type=int,
+        metavar="N",
+        help="head/worker: the Ray CPU slots this node offers (default: the profile's; cpu: 8). On CPU nodes every "
+        "trainer rank and rollout server holds one, and Ray places a run's one-rank groups on the least-used node: "
+        "give nodes different counts to spread them, or fewer slots to keep a node light",
+    )
+    parser.add_argument(
         "--dashboard-public",
         action="store_true",
         help="head: Ray dashboard on 0.0.0.0 instead of 127.0.0.1. Its job API runs code without authentication "
@@ -339,6 +383,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--with-sandbox is for head and worker (stop ends the sandbox it started)")
     if any(arg.split("=")[0] in ("--host", "--port") for arg in args.sandbox_arg):
         parser.error("--sandbox-arg cannot move the sandbox: it listens on 127.0.0.1:--sandbox-port")
+    if args.num_cpus is not None and (args.command not in ("head", "worker") or args.num_cpus < 1):
+        parser.error("--num-cpus is for head and worker, and at least 1")
     if args.command == "status":
         return status(hw, args.nodes, args.address)
     run_dir = args.run_dir or node_sandbox.default_run_dir()
@@ -355,6 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dry_run=args.dry_run,
         dashboard_public=args.dashboard_public,
         sandbox=box,
+        num_cpus=args.num_cpus,
     )
     return ray_node.start_node(request)
 

@@ -184,6 +184,14 @@ def _add_docker_options(parser: ScriptParser, access: DeviceAccess) -> None:
         metavar="ARG",
         help="one more docker run argument (repeatable), e.g. --docker-arg=-e --docker-arg=HF_TOKEN",
     )
+    if access.node_prefix or access.gpus or access.host_mounts:
+        parser.add_argument(
+            "--no-devices",
+            dest="devices",
+            action="store_false",
+            help="start the image without the platform's devices and driver mounts, on a host that has none (image "
+            "checks only: retool-doctor's image, versions, patches, env and sandbox groups; scripts/test_images.sh)",
+        )
     if access.node_prefix:
         parser.add_argument(
             "--dev-root", default="/dev", metavar="DIR", help="where to look for the device nodes (default: /dev)"
@@ -233,7 +241,10 @@ def compose(
     nodes_present = access.node_prefix is None or bool(device_nodes(access, dev_root))
     profile = choose_profile(platform, args.hw, environ, dev_root, nodes_present)
     assert profile.image is not None
-    cmd = ["docker", "run", "--rm"]
+    # --init: docker's tini as PID 1 reaps what dies in the container; without it the processes `ray stop` ended in a
+    # container of the CPU image stayed zombies (raylet, its agent) under a shell that never waits for them
+    # (scripts/test_images.sh --two-node).
+    cmd = ["docker", "run", "--rm", "--init"]
     if sys.stdin.isatty() and sys.stdout.isatty():
         cmd.append("-it")
     if args.name:
@@ -242,7 +253,15 @@ def compose(
         cmd.append("--privileged")
     elif args.bwrap:
         cmd += SANDBOX_NAMESPACE_ARGS
-    cmd += device_run_args(access, profile, dev_root, dry_run=args.dry_run, gpus=getattr(args, "gpus", None), say=say)
+    if getattr(args, "devices", True):
+        gpus = getattr(args, "gpus", None)
+        cmd += device_run_args(access, profile, dev_root, dry_run=args.dry_run, gpus=gpus, say=say)
+    else:
+        say(
+            "NOTE",
+            f"--no-devices: no {platform.name} devices or driver mounts in the container; only checks that "
+            "need none can pass (retool-doctor --only image,versions,patches,env,sandbox)",
+        )
     cmd += list(access.run_args)
     if getattr(args, "shm_size", None):
         cmd.append(f"--shm-size={args.shm_size}")

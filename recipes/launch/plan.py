@@ -153,6 +153,8 @@ def build(
         plan.errors.append(f"{_NO_COMPOSE}{exc}")
         return plan
     plan.scale = choices.get("scale", plan.scale)
+    if ray_cpus.joins_a_cluster(recipe.phase, first, environ):
+        device = ray_cpus.for_existing_cluster(device, user_keys)
     plan.inputs = inputs.resolve(recipe, hw, environ, plan.scale)
     ours = device + _kit_overrides(plan, environ)  # before _run_dir_overrides adds CKPT_DIR to plan.inputs
     overrides = _without(ours + _run_dir_overrides(plan, first, user_keys, environ), user_keys) + user

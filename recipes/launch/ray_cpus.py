@@ -18,10 +18,12 @@ Ray 2.48: such an actor starts while every CPU is taken by placement groups), so
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
+from npu_kernels.cli_errors import UsageError
 from recipes.launch.checks import world_size
 
 #: Rollout engines whose async mode starts server actors of their own.
@@ -84,3 +86,23 @@ def problems(cfg: DictConfig) -> list[str]:
         f"never schedule the rest and verl would wait forever; set {NUM_CPUS_KEY}={need.total} or more (a label, not "
         "cores), or fewer trainer ranks or rollout replicas"
     ]
+
+
+def joins_a_cluster(phase: str, cfg: DictConfig, environ: Mapping[str, str]) -> bool:
+    """An RL run that connects to a running Ray (``RAY_ADDRESS``, or ``trainer.nnodes`` > 1: the cluster
+    ``scripts/ray_cluster.sh`` started) instead of starting its own."""
+    return phase == "rl" and (int(cfg.trainer.nnodes) > 1 or bool(environ.get("RAY_ADDRESS", "").strip()))
+
+
+def for_existing_cluster(device: Sequence[str], user_keys: set[str]) -> list[str]:
+    """The platform's overrides without its ``num_cpus``, for a run that joins a cluster: ``ray.init`` refuses
+    ``num_cpus`` when it connects ("When connecting to an existing cluster, num_cpus and num_gpus must not be
+    provided", ray/_private/worker.py:1834 in Ray 2.48; the CPU platform sets it, and two containers of the CPU
+    image running GRPO stopped there, scripts/test_images.sh --two-node). The nodes' own ``ray start
+    --num-cpus`` count instead. A user's own value is refused: it cannot take effect."""
+    if NUM_CPUS_KEY in user_keys:
+        raise UsageError(
+            f"{NUM_CPUS_KEY} is set, but this run joins a running Ray cluster (RAY_ADDRESS or trainer.nnodes > 1) and "
+            "Ray refuses num_cpus when connecting; drop the override (each node's `ray start --num-cpus` counts)"
+        )
+    return [item for item in device if item.split("=", 1)[0].lstrip("+~") != NUM_CPUS_KEY]

@@ -90,6 +90,7 @@ class NodeRequest:
     dry_run: bool = False
     dashboard_public: bool = False
     sandbox: node_sandbox.NodeSandbox | None = None
+    num_cpus: int | None = None  # --num-cpus: the Ray CPU slots this node offers, instead of the profile's
 
 
 def _check_setup_scripts(request: NodeRequest, environ: Mapping[str, str]) -> None:
@@ -188,6 +189,10 @@ def start_node(
         + (f" (kept from the environment: {', '.join(kept)}; --ifname overrides)" if kept else "")
     )
     device_args, notes = start_args(request.hw, request.dry_run)
+    if request.num_cpus is not None:
+        device_args = [arg for arg in device_args if not arg.startswith("--num-cpus")] + [
+            f"--num-cpus={request.num_cpus}"
+        ]
     for text in notes:
         note(f"note: {text}")
     command = ray_command(request, node_ip, head, device_args)

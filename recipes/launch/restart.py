@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TextIO
@@ -148,9 +148,12 @@ def supervise(
     max_restarts: int,
     log: TextIO = sys.stderr,
     out: TextIO | None = None,
+    before_restart: Callable[[], str | None] | None = None,
 ) -> int:
     """Run ``command``; relaunch it resuming after each non-zero exit, at most ``max_restarts`` times. The trainer's
-    output goes to ``out`` (default stdout), the supervisor's lines to ``log``."""
+    output goes to ``out`` (default stdout), the supervisor's lines to ``log``. ``before_restart`` (multi-node RL:
+    :func:`recipes.launch.cluster.wait_for_nodes`) returns why a relaunch cannot work, after waiting as long as it
+    chooses; the supervisor then stops with that line instead of starting a trainer that would wait forever."""
     stop = _Stop()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     attempts: list[Attempt] = []
@@ -165,6 +168,10 @@ def supervise(
             restarts = len(attempts) - 1
             if restarts >= max_restarts:
                 print(f"restart: giving up after {restarts} restart(s); last exit status {returncode}", file=log)
+                break
+            blocked = before_restart() if before_restart is not None else None
+            if blocked:
+                print(f"restart: not restarting after exit status {returncode}: {blocked}", file=log, flush=True)
                 break
             resume_at = checkpoint_step(ckpt_dir)
             where = "step 0 (no checkpoint yet)" if resume_at is None else f"global_step_{resume_at}"

@@ -405,3 +405,27 @@ def test_the_cpu_image_runs_with_a_large_shm_and_no_devices() -> None:
     words = shlex.split(proc.stdout)
     assert "--shm-size=8g" in words and not [w for w in words if w.startswith(("--device", "--gpus"))]
     assert words[-3:] == ["bash", "scripts/smoke.sh", "--fast"] and words[-4].startswith("retool-npu-kit:cpu-")
+
+
+@pytest.mark.parametrize("script", ["run_npu.sh", "run_cuda.sh"])
+def test_no_devices_starts_the_image_without_them_and_says_so(tmp_path: Path, script: str) -> None:
+    """A host without NPUs or GPUs (scripts/test_images.sh runs every image here): --no-devices drops the device
+    nodes, driver mounts and --gpus, with a printed note; without it a real run on such a host is refused."""
+    dev = _fake_dev(tmp_path, 0, control=False)
+    dev_args = ("--dev-root", str(dev)) if script == "run_npu.sh" else ()
+    proc = _run(script, "--dry-run", "--no-devices", *dev_args, "--", "true")
+    assert proc.returncode == 0, proc.stderr
+    words = shlex.split(proc.stdout)
+    assert not [w for w in words if w.startswith(("--device", "--gpus")) or "/usr/local/Ascend/driver" in w], words
+    assert "NOTE: --no-devices: no " in proc.stderr and words[-1] == "true"
+    if script == "run_npu.sh":
+        refused = _run(script, *dev_args, "--", "true")
+        assert refused.returncode == 2 and "davinciN device nodes" in refused.stderr
+    assert "--no-devices" not in _run("run_cpu.sh", "--help").stdout  # nothing to drop there
+
+
+@pytest.mark.parametrize("script", ["run_cpu.sh", "run_cuda.sh", "run_npu.sh"])
+def test_the_container_has_an_init_that_reaps(tmp_path: Path, script: str) -> None:
+    dev_args = ("--dev-root", str(_fake_dev(tmp_path, 8))) if script == "run_npu.sh" else ()
+    words = shlex.split(_run(script, "--dry-run", *dev_args).stdout)
+    assert words[:4] == ["docker", "run", "--rm", "--init"], words

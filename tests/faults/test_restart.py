@@ -134,3 +134,46 @@ def test_run_cli_checks_max_restarts_and_shows_it_in_the_dry_run() -> None:
     )
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert "restarts: up to 2, each resuming from the newest checkpoint in" in dry.stdout
+
+
+def test_a_restart_waits_for_the_cluster_and_stops_with_the_reason_when_it_stays_broken(tmp_path: Path) -> None:
+    """Multi-node RL: a worker node's death ends the run in seconds, and a relaunch onto a cluster with a node missing
+    would wait forever for its placement group (scripts/test_images.sh --two-node). The gate runs before each
+    relaunch: a reason stops the supervisor with it; None lets the restart go on."""
+    env = {
+        **os.environ,
+        "FAKE_DIE_AT": "3",
+        "FAKE_MARKER": str(tmp_path / "died"),
+        "FAKE_CHILD_PID": str(tmp_path / "pid"),
+    }
+    asked: list[int] = []
+
+    def broken() -> str:
+        asked.append(1)
+        return "the Ray cluster is not whole after 1 s: 1 live node(s) joined, expected 2"
+
+    log = io.StringIO()
+    rc = restart.supervise(_command(tmp_path / "a", 6, 1), env, tmp_path / "a", 3, log, io.StringIO(), broken)
+    assert rc == -9 and asked == [1], log.getvalue()
+    assert "restart: not restarting after exit status -9: the Ray cluster is not whole" in log.getvalue()
+    assert "restart 1/3" not in log.getvalue()
+    log = io.StringIO()
+    env["FAKE_MARKER"] = str(tmp_path / "died-b")
+    rc = restart.supervise(_command(tmp_path / "b", 6, 1), env, tmp_path / "b", 3, log, io.StringIO(), lambda: None)
+    assert rc == 0 and "restart 1/3: trainer exited with status -9 after step 2" in log.getvalue(), log.getvalue()
+
+
+def test_the_cluster_wait_is_bounded_and_ends_when_the_node_is_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    from recipes.launch import cluster
+
+    answers = [["1 live node(s) joined, expected 2"]] * 2 + [[]]
+    monkeypatch.setattr(cluster, "cluster_problems", lambda hw, n, address: answers.pop(0) if answers else [])
+    said: list[str] = []
+    assert cluster.wait_for_nodes("cpu", 2, "10.0.0.1:6379", 30, said.append, poll_s=0.01) is None
+    assert said == ["restart: waiting up to 30 s for the Ray cluster (1 live node(s) joined, expected 2)"]
+    monkeypatch.setattr(cluster, "cluster_problems", lambda hw, n, address: ["1 live node(s) joined, expected 2"])
+    t0 = time.monotonic()
+    why = cluster.wait_for_nodes("cpu", 2, None, 0.3, said.append, poll_s=0.05)
+    assert time.monotonic() - t0 < 5
+    assert why is not None and "not whole after 0 s: 1 live node(s) joined, expected 2" in why
+    assert "ray_cluster.sh worker --hw cpu" in why and "re-run the same command" in why

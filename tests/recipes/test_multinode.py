@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from omegaconf import OmegaConf
 from kit_testing import REPO_ROOT, child_pids, free_port
 
 from npu_kernels.cli_errors import UsageError
@@ -295,6 +296,23 @@ def test_the_launch_asks_every_node_before_training(monkeypatch: pytest.MonkeyPa
     assert seen == [] and "Ray: 1 live node(s) joined, expected 2" in built.errors  # no cluster, nothing to ask
 
 
+def test_a_run_that_joins_a_cluster_does_not_pass_num_cpus() -> None:
+    """ray.init refuses num_cpus when it connects to a running cluster: the CPU platform's value stopped GRPO on two
+    containers (scripts/test_images.sh --two-node). Dropped for nnodes > 1 and for RAY_ADDRESS; a user's refused."""
+    key = "ray_kwargs.ray_init.num_cpus"
+    alone = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", [], path_check=False, environ={})
+    assert any(arg.startswith(f"{key}=") for arg in alone.argv)
+    for overrides, environ in ((["trainer.nnodes=2"], {}), ([], {"RAY_ADDRESS": "10.0.0.1:6379"})):
+        joined = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", overrides, path_check=False, environ=environ)
+        assert not joined.errors, joined.errors
+        assert not any(arg.startswith(f"{key}=") for arg in joined.argv)
+        assert joined.cfg is not None and OmegaConf.select(joined.cfg, key) is None
+    with pytest.raises(UsageError, match="joins a running Ray cluster"):
+        plan.build(RECIPES["qwen3_4b_dapo"], "cpu", ["trainer.nnodes=2", f"{key}=4"], path_check=False, environ={})
+    sft = plan.build(RECIPES["qwen3_4b_sft"], "cpu", [], path_check=False, environ={"RAY_ADDRESS": "10.0.0.1:6379"})
+    assert not sft.errors
+
+
 # -- the per-node sandbox's lifecycle -------------------------------------------------------------------------
 
 STAND_IN = """\
@@ -385,3 +403,25 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return False
+
+
+# -- a node without iproute2 (the slim images) ---------------------------------------------------------------------
+
+
+def test_without_iproute2_the_kernel_tells_the_interfaces(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """python:3.11-slim has no ``ip``: ray_cluster.sh head then refused with "no interface holds 172.18.0.2"
+    (scripts/test_images.sh --two-node). The kernel's answer must match iproute2's where both exist."""
+    from npu_kernels.platform import netprobe
+
+    with_ip = netprobe.run_ip_addr()
+    monkeypatch.setenv("PATH", str(tmp_path))  # no `ip` here
+    without = netprobe.run_ip_addr()
+    assert without is not None
+    found = {(item.interface, item.ip) for item in netprobe.parse_ip_addr(without)}
+    assert ("lo", "127.0.0.1") in found
+    if with_ip is not None:
+        assert found == {(item.interface, item.ip) for item in netprobe.parse_ip_addr(with_ip)}
+    node = nodenet.head_address(nodenet.NetProbes(host_addresses=lambda: []))
+    if node is not None:  # a host with a route out: its interface is known without iproute2
+        assert nodenet.interface_of(node) is not None
+    assert netprobe.ioctl_ip_addr([(99, "kit-no-such0")]) is None

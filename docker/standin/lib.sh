@@ -1,0 +1,51 @@
+# shellcheck shell=bash
+# Shared steps of the stand-in bases (sourced by docker/standin/*.sh; only scripts/test_images.sh runs those):
+# a Debian bookworm root filesystem from Debian's mirror with Python 3.11 as a venv at /usr/local, this machine's
+# extra CAs, the stand-in marker, and `docker import` under a tag with the stand-in label.
+
+# standin_rootfs ROOT MIRROR EXTRA_PACKAGES: debootstrap bookworm (minbase) + python3 made the /usr/local Python.
+standin_rootfs() {
+  local root=$1 mirror=$2 extra=$3
+  debootstrap --variant=minbase --include="ca-certificates,netbase,tzdata,python3,python3-venv${extra:+,$extra}" \
+    bookworm "$root" "$mirror" >"$root.log" 2>&1 || {
+    tail -20 "$root.log" >&2
+    echo "stand-in: debootstrap of bookworm from $mirror failed (log above)" >&2
+    return 1
+  }
+  rm -f "$root.log"
+  chroot "$root" /usr/bin/python3 -m venv /usr/local
+  chroot "$root" /usr/local/bin/python3 -m pip --version >/dev/null
+}
+
+# standin_cas ROOT: trust this machine's own extra CAs inside (a TLS-intercepting egress proxy signs PyPI's
+# certificate with them: without them pip in the build fails with CERTIFICATE_VERIFY_FAILED). A site-local fact,
+# not the real base's. Sets the array STANDIN_CA_CHANGES (docker import --change ENV lines for pip and requests).
+standin_cas() {
+  local root=$1 bundle=/etc/ssl/certs/ca-certificates.crt
+  # shellcheck disable=SC2034  # read by the sourcing script
+  STANDIN_CA_CHANGES=()
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+    chroot "$root" update-ca-certificates >/dev/null
+    # shellcheck disable=SC2034
+    STANDIN_CA_CHANGES=(--change "ENV PIP_CERT=$bundle" --change "ENV REQUESTS_CA_BUNDLE=$bundle"
+      --change "ENV SSL_CERT_FILE=$bundle")
+  fi
+}
+
+# standin_import ROOT TAG [docker import --change ...]: the root as image TAG, labelled a stand-in.
+standin_import() {
+  local root=$1 tag=$2
+  shift 2
+  rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
+  tar -C "$root" -c . | docker import \
+    --change 'ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'ENV LANG=C.UTF-8' \
+    --change 'LABEL retool-kit.stand-in="made by scripts/test_images.sh; not the real base"' \
+    "$@" - "$tag" >/dev/null
+}
+
+# standin_python_version ROOT: the Python the root carries (e.g. 3.11.2).
+standin_python_version() {
+  chroot "$1" /usr/local/bin/python3 -c 'import platform; print(platform.python_version())'
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# A STAND-IN for the NPU images' base (pins.env VLLM_ASCEND_IMAGE:VLLM_ASCEND_TAG_A2|_A3,
+# quay.io/ascend/vllm-ascend:v0.11.0[-a3]), built from local material on a machine that cannot reach quay.io and has
+# no NPU: a Debian bookworm root with Python 3.11 (lib.sh), CANN and ATB replaced by STUB trees that only provide the
+# paths and set_env.sh scripts the kit sources (cann_stub.sh), then the real base's Python packages from PyPI
+# (Dockerfile.vllm-ascend). Only scripts/test_images.sh calls it; the image carries the label
+# retool-kit.stand-in and /etc/retool-kit-standin.json, and retool-doctor says STAND-IN inside any image built on it.
+# Never push or ship it: torch_npu cannot load without CANN's real libraries, nothing in it drives an NPU.
+#
+# Facts of the real base it reproduces, and where each comes from:
+#   CANN at /usr/local/Ascend/ascend-toolkit (set_env.sh, latest/) and ATB at /usr/local/Ascend/nnal/atb (set_env.sh):
+#     vllm-ascend's Dockerfile sources both before installing vllm-ascend; docs/source/faqs.md Q6 (libatb.so).
+#   CANN 8.3.RC2 (pins.env CANN_VERSION) as the toolkit's install.info records it; SOC_VERSION ascend910b1 (A2) or
+#     ascend910_9391 (A3): vllm-ascend Dockerfile / Dockerfile.a3 (ARG SOC_VERSION).
+#   Python 3.11 with pip (the base is quay.io/ascend/cann:8.3.rc2-910b|a3-ubuntu22.04-py3.11); torch 2.7.1,
+#     torch-npu 2.7.1, vLLM 0.11.0 installed with VLLM_TARGET_DEVICE=empty (no compiled vLLM kernels), vllm-ascend
+#     0.11.0, ray>=2.47.1,<=2.48.0 and protobuf>3.20.0: vllm-ascend v0.11.0 Dockerfile and requirements.txt
+#     (pins.env VLLM_ASCEND_VERSION, VLLM_VERSION, NPU_TORCH_VERSION, TORCH_NPU_VERSION); git (its apt line).
+# What differs: Debian 12 instead of Ubuntu 22.04 (only Debian's mirror is reachable here); Debian's Python 3.11.2;
+#   torch 2.7.1 is PyPI's x86_64 build (CUDA libraries) where the real image has PyTorch's CPU build; vLLM from its
+#   PyPI sdist instead of a git clone in /vllm-workspace; vllm-ascend from its PyPI wheel, not an editable build
+#   against CANN; no CANN libraries at all (the stub trees), so `import torch_npu` fails and the image sets
+#   TORCH_DEVICE_BACKEND_AUTOLOAD=0 (else every `import torch` fails); no compilers, no triton.
+#
+# Usage: docker/standin/vllm_ascend.sh TAG [MIRROR]   (root; debootstrap, a docker daemon, a BuildKit client)
+set -euo pipefail
+
+if [[ ${1:-} == -h || ${1:-} == --help || $# -lt 1 ]]; then
+  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+  [[ $# -ge 1 ]] && exit 0 || exit 2
+fi
+tag=$1
+mirror=${2:-http://deb.debian.org/debian}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib.sh
+source "$here/lib.sh"
+# shellcheck source=../../pins.env
+source "$here/../../pins.env"
+case $tag in
+  *-a3) soc=ascend910_9391 ;;
+  *) soc=ascend910b1 ;;
+esac
+
+# The Debian root is shared by both NPU stand-ins (a2, a3): made once, so the second build reuses every layer.
+root_tag=retool-kit-standin/bookworm-python:3.11-git
+if ! docker image inspect "$root_tag" >/dev/null 2>&1; then
+  root=$(mktemp -d /var/tmp/kit-standin.XXXXXX)
+  trap 'rm -rf "$root"' EXIT
+  standin_rootfs "$root" "$mirror" git
+  standin_cas "$root"
+  standin_import "$root" "$root_tag" "${STANDIN_CA_CHANGES[@]}"
+fi
+DOCKER_BUILDKIT=1 docker build --network host -f "$here/Dockerfile.vllm-ascend" -t "$tag" \
+  --build-arg ROOT_IMAGE="$root_tag" --build-arg STANDIN_FOR="$tag" --build-arg SOC_VERSION="$soc" \
+  --build-arg CANN_VERSION="$CANN_VERSION" --build-arg TORCH_VERSION="$NPU_TORCH_VERSION" \
+  --build-arg TORCH_NPU_VERSION="$TORCH_NPU_VERSION" --build-arg VLLM_VERSION="$VLLM_VERSION" \
+  --build-arg VLLM_ASCEND_VERSION="$VLLM_ASCEND_VERSION" "$here"
+echo "$tag"
