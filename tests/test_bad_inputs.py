@@ -173,6 +173,21 @@ ROWS = {
         "no finished SFT checkpoint in {tmp}/ckpt",
         code=EXIT_FAILED,
     ),
+    # issue 33: wrong input that ended in exit 1 (the usage code is 2)
+    "sft_to_rl unknown recipe": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "sft_to_rl.sh"), "--recipe", "qwen3_4", "--dry-run"],
+        "--recipe: unknown recipe 'qwen3_4'",
+    ),
+    "sft_to_rl --step -1": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "sft_to_rl.sh"), "--step", "-1", "--dry-run"], "--step: -1 is out of range"
+    ),
+    "setup_verl --source svn": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "setup_verl.sh"), "--source", "svn"], "--source must be git or sdist"
+    ),
+    "setup_verl --check a missing --repo": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "setup_verl.sh"), "--repo", "{tmp}/nonexistent", "--check"],
+        "--repo {tmp}/nonexistent: no such folder",
+    ),
     "ray_cluster --port 0": Row([*CLUSTER, "--port", "0"], "--port: 0 is not a port"),
     "docker build --hw a5": Row(["bash", str(REPO_ROOT / "docker" / "build.sh"), "--hw", "a5", "--dry-run"], "'a5'"),
     "models smollm2 --wheel missing": Row(
