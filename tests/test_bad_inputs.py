@@ -58,6 +58,19 @@ def _generations(folder: Path) -> None:
     (folder / "other.jsonl").write_text(json.dumps({"question_id": 3, "text": "hello"}) + "\n")
 
 
+def _parquet(file: Path, **columns: list[object]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(columns), file)
+    return file
+
+
+def _generations_and(plant: Callable[[Path], object]) -> Callable[[Path], object]:
+    """The generations of :func:`_generations`, and what ``plant`` adds beside them."""
+    return lambda folder: (_generations(folder), plant(folder))
+
+
 @dataclass(frozen=True)
 class Row:
     """``argv`` (``{tmp}`` is the row's folder, ``{dead}`` a URL nothing answers), the words the error line must
@@ -164,6 +177,36 @@ ROWS = {
         [f"{BIN}/retool-eval", "{tmp}/bad.jsonl"],
         "{tmp}/bad.jsonl: line 1: not JSON",
         plant=lambda tmp: (tmp / "bad.jsonl").write_text("{oops\n"),
+    ),
+    # issue 33: a --data that is not a parquet, or a parquet where the generations go: pyarrow's and the codec's
+    # tracebacks
+    "eval --data missing": Row(
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--data", "{tmp}/none.parquet"],
+        "--data {tmp}/none.parquet: no such file",
+        plant=_generations,
+    ),
+    "eval --data a log file": Row(
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--data", "{tmp}/run.log"],
+        "--data {tmp}/run.log: not a readable parquet file",
+        plant=_generations_and(lambda tmp: (tmp / "run.log").write_text("step 1 done\n")),
+    ),
+    "eval --data a folder": Row(
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--data", "{tmp}"], "--data {tmp} is a folder", plant=_generations
+    ),
+    "eval --data without a prompt column": Row(
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--data", "{tmp}/sft.parquet"],
+        "--data {tmp}/sft.parquet has no prompt column",
+        plant=_generations_and(lambda tmp: _parquet(tmp / "sft.parquet", messages=["hi"], data_source=["x"])),
+    ),
+    "eval a parquet as the dumps": Row(
+        [f"{BIN}/retool-eval", "{tmp}/val.parquet"],
+        "{tmp}/val.parquet is a parquet file, not JSONL generations",
+        plant=lambda tmp: _parquet(tmp / "val.parquet", prompt=["1+1?"], data_source=["x"]),
+    ),
+    "eval a binary file": Row(
+        [f"{BIN}/retool-eval", "{tmp}/blob.bin"],
+        "{tmp}/blob.bin: not a UTF-8 text file",
+        plant=lambda tmp: (tmp / "blob.bin").write_bytes(b"\x89\xff\xfe binary"),
     ),
     "launch unknown recipe": Row(
         [f"{BIN}/retool-launch", "plan", "--recipe", "qwen3_4b_ppo", "--hw", "a3", "--dry-run"], "unknown recipe"
