@@ -21,7 +21,9 @@ import argparse
 import errno
 import functools
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 EXIT_OK = 0
@@ -99,6 +101,21 @@ def entry_point(prog: str) -> Callable[[Main], Main]:
         return guarded  # type: ignore[return-value]
 
     return wrap
+
+
+def check_writable(option: str, path: Path, *, folder: bool = False) -> None:
+    """``path``, which ``option`` names as an output (a file, or with ``folder`` a folder written into), can be
+    written: its nearest existing folder takes a new entry. Checked before the work, so a long run does not end at its
+    last step in an OSError, or in one without a path (pyarrow's) that would be a traceback. A probe, not os.access:
+    root passes access() on read-only bind mounts and /proc alike."""
+    path = path.absolute()
+    existing = next(p for p in ((path,) if folder else ()) + tuple(path.parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{option} {path}: {existing} is a file, not a folder")
+    try:
+        tempfile.TemporaryDirectory(dir=existing, prefix=".kit-probe-").cleanup()
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot write in {existing} ({exc.strerror or exc})") from None
 
 
 # --- option types: argparse turns their ArgumentTypeError into "<prog>: error: argument --x: ..." and exit 2 ---

@@ -42,6 +42,7 @@ CLUSTER = [
     "127.0.0.1",
 ]
 DAPO = ["bash", str(REPO_ROOT / "recipes" / "run_qwen3_4b_dapo_npu.sh"), "--hw", "a3", "--dry-run", "--no-path-check"]
+SMOKE_DATA = REPO_ROOT / "recipes" / "smoke" / "data"
 # retool-models through ``python -m``: the same main as the console script, which an older venv may lack
 MODELS = [sys.executable, "-m", "recipes.smoke.models"]
 
@@ -165,6 +166,33 @@ ROWS = {
     ),
     "prepare --output a folder": Row(
         [f"{BIN}/retool-prepare", "sft", "--input", "x.jsonl", "--output", "{tmp}"], "--output {tmp} is a directory"
+    ),
+    # issue 33: an output nothing can be written in: pyarrow's path-less FileNotFoundError after all the work (prepare),
+    # a download of gigabytes before the failure (bundle create), the report computed before it (eval)
+    "prepare --output under /proc": Row(
+        [f"{BIN}/retool-prepare", "val", "--input", str(SMOKE_DATA / "aime_2025.jsonl"), "--output", "/proc/k.parquet"],
+        "--output /proc/k.parquet: cannot write in /proc",
+    ),
+    "prepare --output under a file": Row(
+        [
+            f"{BIN}/retool-prepare",
+            "val",
+            "--input",
+            str(SMOKE_DATA / "aime_2025.jsonl"),
+            "--output",
+            "{tmp}/f/o.parquet",
+        ],
+        "--output {tmp}/f/o.parquet: {tmp}/f is a file, not a folder",
+        plant=lambda tmp: (tmp / "f").write_text("mine"),
+    ),
+    "bundle create --out under /proc": Row(
+        [f"{BIN}/retool-bundle", "create", "--out", "/proc/kit-bundle", "--no-wheels"],
+        "--out /proc/kit-bundle: cannot write in /proc",
+    ),
+    "eval --json under /proc": Row(
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--json", "/proc/kit-eval.json"],
+        "--json /proc/kit-eval.json: cannot write in /proc",
+        plant=_generations,
     ),
     "prepare broken jsonl": Row(
         [f"{BIN}/retool-prepare", "rl", "--input", "{tmp}/bad.jsonl", "--output", "{tmp}/o.parquet"],

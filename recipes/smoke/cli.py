@@ -22,14 +22,13 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from npu_kernels.cli_errors import EXIT_OK, EXIT_USAGE, UsageError, entry_point
+from npu_kernels.cli_errors import EXIT_OK, EXIT_USAGE, UsageError, check_writable, entry_point
 
 if TYPE_CHECKING:
     from npu_kernels.platform import HardwareProfile, Platform
@@ -270,11 +269,7 @@ def check_out(out: Path, force: bool) -> None:
         raise UsageError(f"--out {out} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise UsageError(f"{out} is not empty (use another --out, or --force to replace it)")
-    existing = next(p for p in (out, *out.parents) if p.exists())
-    try:  # a probe, not os.access: root passes access() on read-only bind mounts and /proc alike
-        tempfile.TemporaryDirectory(dir=existing, prefix=".smoke-probe-").cleanup()
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write in {existing} ({exc.strerror or exc})") from None
+    check_writable("--out", out, folder=True)
 
 
 def check_from_sft(source: Path | None, out: Path, task: str) -> Path | None:
