@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
+import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -161,6 +162,20 @@ def port_arg(text: str) -> int:
     if not 1 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{text} is not a port (1-65535)")
     return value
+
+
+#: A Hydra override's key: ``a.b=1``, ``+a.b=1`` (add), ``++a.b=1`` (add or replace), ``~a.b=`` (delete).
+OVERRIDE_KEY = re.compile(r"^(?:~|\+\+|\+)?([^=]+)=")
+
+
+def hydra_override_arg(text: str) -> str:
+    """A Hydra override ``KEY=VALUE`` on one line (its key against a config: where the config is composed). Checked
+    where argparse reads it, so a word without ``=`` never reaches a trainer that parses it after an hour of work."""
+    if "\n" in text or "\r" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} contains a line break")
+    if not OVERRIDE_KEY.match(text.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Hydra override KEY=VALUE (+KEY=VALUE adds a new key)")
+    return text
 
 
 def counts_arg(text: str) -> list[int]:
