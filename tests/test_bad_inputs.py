@@ -145,6 +145,13 @@ ROWS = {
     "dapo train_batch_size=0": Row([*DAPO, "data.train_batch_size=0"], "data.train_batch_size=0 must be at least 1", 1),
     "dapo train_batch_size=abc": Row([*DAPO, "data.train_batch_size=abc"], "data.train_batch_size='abc' must be", 1),
     "dapo total_epochs=abc": Row([*DAPO, "trainer.total_epochs=abc"], "trainer.total_epochs='abc' must be", 1),
+    # issue 33: 0 read as "no cap" planned the epochs' steps (verl would train one); -3 planned -3 steps
+    "dapo total_training_steps=0": Row(
+        [*DAPO, "trainer.total_training_steps=0"], "trainer.total_training_steps=0 must be at least 1", 1
+    ),
+    "dapo total_training_steps=-3": Row(
+        [*DAPO, "trainer.total_training_steps=-3"], "trainer.total_training_steps=-3 must be at least 1", 1
+    ),
     "dapo KIT_HW=bogus": Row(DAPO[:2] + DAPO[4:], "KIT_HW: unknown hardware profile 'bogus'", env={"KIT_HW": "bogus"}),
     # issue 21's own additions: every option of every command that takes a value with a range or a kind
     "dapo --max-restarts -1": Row([*DAPO, "--max-restarts", "-1"], "--max-restarts: -1 is out of range"),
