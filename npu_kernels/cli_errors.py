@@ -20,8 +20,11 @@ from __future__ import annotations
 import argparse
 import errno
 import functools
+import re
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 EXIT_OK = 0
@@ -101,6 +104,21 @@ def entry_point(prog: str) -> Callable[[Main], Main]:
     return wrap
 
 
+def check_writable(option: str, path: Path, *, folder: bool = False) -> None:
+    """``path``, which ``option`` names as an output (a file, or with ``folder`` a folder written into), can be
+    written: its nearest existing folder takes a new entry. Checked before the work, so a long run does not end at its
+    last step in an OSError, or in one without a path (pyarrow's) that would be a traceback. A probe, not os.access:
+    root passes access() on read-only bind mounts and /proc alike."""
+    path = path.absolute()
+    existing = next(p for p in ((path,) if folder else ()) + tuple(path.parents) if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{option} {path}: {existing} is a file, not a folder")
+    try:
+        tempfile.TemporaryDirectory(dir=existing, prefix=".kit-probe-").cleanup()
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot write in {existing} ({exc.strerror or exc})") from None
+
+
 # --- option types: argparse turns their ArgumentTypeError into "<prog>: error: argument --x: ..." and exit 2 ---
 
 
@@ -144,6 +162,20 @@ def port_arg(text: str) -> int:
     if not 1 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{text} is not a port (1-65535)")
     return value
+
+
+#: A Hydra override's key: ``a.b=1``, ``+a.b=1`` (add), ``++a.b=1`` (add or replace), ``~a.b=`` (delete).
+OVERRIDE_KEY = re.compile(r"^(?:~|\+\+|\+)?([^=]+)=")
+
+
+def hydra_override_arg(text: str) -> str:
+    """A Hydra override ``KEY=VALUE`` on one line (its key against a config: where the config is composed). Checked
+    where argparse reads it, so a word without ``=`` never reaches a trainer that parses it after an hour of work."""
+    if "\n" in text or "\r" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} contains a line break")
+    if not OVERRIDE_KEY.match(text.strip()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a Hydra override KEY=VALUE (+KEY=VALUE adds a new key)")
+    return text
 
 
 def counts_arg(text: str) -> list[int]:

@@ -23,38 +23,57 @@ Builds verl $VERL_VERSION with the kit's patch series ($PATCH_DIR) applied by gi
   --source sdist   for CI and offline mirrors: download the verl==$VERL_VERSION sdist from the configured
                    package index (or take --sdist FILE), verify its sha256, unpack, git init, commit it as
                    the base (tagged $VERL_GIT_TAG), then git am the series.
-  --repo URL|PATH  where to clone from (git source). A local checkout given without --dest is patched in place.
+  --repo URL|PATH  where to clone from (git source). A local checkout given without --dest is patched in place;
+                   a PATH must be a git repository.
   --sdist FILE     use this verl-$VERL_VERSION.tar.gz instead of downloading it.
   --dest DIR       the tree to create or reuse (default: $KIT_ROOT/build/verl).
   --install        pip-install the patched tree into the active Python (\$PYTHON, default python3), without
                    verl's top-level tests/ and scripts/ packages, with the pins of pins.env as constraints.
-  --check          apply the series in a scratch copy and report; --dest is not modified.
+  --check          apply the series in a scratch copy of --dest (of --repo when it is given without --dest)
+                   and report; nothing is modified.
   -h, --help       this help.
 
-Exit status: 0 on success (also when the tree was already patched); 1 when a patch does not apply (the
-tree is left as it was), the sdist checksum is wrong, or the tree is not verl $VERL_VERSION.
+Exit status: 0 on success (also when the tree was already patched); 2 for wrong input (an unknown option or
+value, a --repo path that is not a git repository, a tree that is not verl $VERL_VERSION at $VERL_GIT_TAG); 1 when a
+patch does not apply (the tree is left as it was), a clone or download fails, or the sdist checksum is wrong.
 EOF
 }
 
+# The kit's exit codes (npu_kernels/cli_errors.py): 1 a step failed, 2 the input is wrong; one line either way.
 die() { echo "setup_verl: error: $*" >&2; exit 1; }
+die_usage() { echo "setup_verl: error: $*" >&2; exit 2; }
 log() { echo "setup_verl: $*"; }
 
-source_kind=git repo="" sdist="" dest="" install=0 check=0
+need_value() { # $1: option, $2: the number of words left, $3: what it takes
+  (($2 >= 2)) || die_usage "$1 needs $3 (see --help)"
+}
+
+is_url() { [[ $1 == *://* || $1 =~ ^[^/]+: ]]; } # scheme://... or scp-like host:path: git clone's business
+
+check_repo() { # --repo PATH: a git repository (a checkout or a bare one), checked before anything is built
+  is_url "$1" && return 0
+  [[ -e $1 ]] || die_usage "--repo $1: no such folder (give a verl git checkout, or a URL to clone from)"
+  [[ -e $1/.git || (-f $1/HEAD && -d $1/objects) ]] ||
+    die_usage "--repo $1 is not a git repository (give a verl git checkout, or a URL to clone from)"
+}
+
+source_kind=git repo="" sdist="" dest="" dest_given=0 install=0 check=0
 while (($#)); do
   case "$1" in
-    --source) source_kind=${2:?--source needs git or sdist}; shift 2 ;;
-    --repo) repo=${2:?--repo needs a URL or path}; shift 2 ;;
-    --sdist) sdist=${2:?--sdist needs a file}; shift 2 ;;
-    --dest) dest=${2:?--dest needs a directory}; shift 2 ;;
+    --source) need_value "$1" $# "git or sdist"; source_kind=$2; shift 2 ;;
+    --repo) need_value "$1" $# "a URL or path"; repo=$2; shift 2 ;;
+    --sdist) need_value "$1" $# "a file"; sdist=$2; shift 2 ;;
+    --dest) need_value "$1" $# "a directory"; dest=$2; dest_given=1; shift 2 ;;
     --install) install=1; shift ;;
     --check) check=1; shift ;;
     -h | --help) usage; exit 0 ;;
-    *) usage >&2; die "unknown argument: $1" ;;
+    *) die_usage "unknown argument: $1 (see --help)" ;;
   esac
 done
-[[ $source_kind == git || $source_kind == sdist ]] || die "--source must be git or sdist, not '$source_kind'"
+[[ $source_kind == git || $source_kind == sdist ]] || die_usage "--source must be git or sdist, not '$source_kind'"
+[[ -z $repo ]] || check_repo "$repo"
 if [[ -z $dest ]]; then
-  if [[ $source_kind == git && -n $repo && -d $repo/.git ]]; then dest=$repo; else dest=$KIT_ROOT/build/verl; fi
+  if [[ $source_kind == git && -n $repo && -e $repo/.git ]]; then dest=$repo; else dest=$KIT_ROOT/build/verl; fi
 fi
 
 shopt -s nullglob
@@ -109,13 +128,14 @@ ensure_identity() { # $1: tree. git am and its --abort need a committer; CI mach
   fi
 }
 
-ensure_base() { # $1: tree. Puts a clean tree on a branch that contains the pinned tag.
-  local tree=$1
+ensure_base() { # $1: tree, $2: its name in messages (what the user gave). Puts a clean tree on a branch that
+  # contains the pinned tag; a tree that is not verl at the pin is the wrong folder: exit 2.
+  local tree=$1 shown=${2:-$1}
   ensure_identity "$tree"
   git -C "$tree" rev-parse --verify --quiet "$VERL_GIT_TAG^{commit}" >/dev/null ||
     git -C "$tree" fetch --quiet --tags >/dev/null 2>&1 || true
   git -C "$tree" rev-parse --verify --quiet "$VERL_GIT_TAG^{commit}" >/dev/null ||
-    die "$tree has no tag $VERL_GIT_TAG (is it a verl checkout?)"
+    die_usage "$shown has no tag $VERL_GIT_TAG (is it a verl checkout?)"
   if ! git -C "$tree" merge-base --is-ancestor "$VERL_GIT_TAG" HEAD; then
     [[ -z $(git -C "$tree" status --porcelain --untracked-files=no) ]] ||
       die "$tree has uncommitted changes and is not based on $VERL_GIT_TAG; commit or stash them first"
@@ -123,8 +143,8 @@ ensure_base() { # $1: tree. Puts a clean tree on a branch that contains the pinn
     git -C "$tree" checkout --quiet -B retool-kit "$VERL_GIT_TAG"
   fi
   local version
-  version=$(tr -d '[:space:]' <"$tree/verl/version/version")
-  [[ $version == "$VERL_VERSION" ]] || die "$tree is verl $version, the kit pins $VERL_VERSION"
+  version=$(tr -d '[:space:]' <"$tree/verl/version/version" 2>/dev/null || true)
+  [[ $version == "$VERL_VERSION" ]] || die_usage "$shown is verl ${version:-(no version file)}, the kit pins $VERL_VERSION"
 }
 
 # --- applying the series ------------------------------------------------------------------------------
@@ -204,28 +224,32 @@ EOF
 # --- main -----------------------------------------------------------------------------------------------
 
 work=$dest
+shown=$dest # the tree as the user named it: --check works on a scratch copy
 scratch=""
 cleanup() { [[ -n $scratch ]] && rm -rf "$scratch"; return 0; }
 trap cleanup EXIT
 if ((check)); then
   scratch=$(mktemp -d)
   work=$scratch/verl
-  if [[ -d $dest/.git ]]; then
-    git clone --quiet --no-hardlinks "$dest" "$work"
-    git -C "$work" checkout --quiet -B retool-kit "$(git -C "$dest" rev-parse HEAD)"
+  # What is checked: --dest, or the --repo given without --dest (a URL or a bare repository is cloned below),
+  # never a build/verl the command line did not name.
+  [[ $source_kind == git && -n $repo && $dest_given == 0 ]] && shown=$repo
+  if [[ -e $shown/.git ]]; then
+    git clone --quiet --no-hardlinks "$shown" "$work"
+    git -C "$work" checkout --quiet -B retool-kit "$(git -C "$shown" rev-parse HEAD)"
   fi
 fi
 
-if [[ ! -d $work/.git ]]; then
-  [[ -e $work ]] && die "$work exists but is not a git tree"
+if [[ ! -e $work/.git ]]; then
+  [[ -e $work ]] && die_usage "$work exists but is not a git tree"
   mkdir -p "$(dirname "$work")"
   if [[ $source_kind == sdist ]]; then make_sdist_tree "$work"; else make_git_tree "$work"; fi
 fi
-ensure_base "$work"
+ensure_base "$work" "$shown"
 apply_series "$work"
 
 if ((check)); then
-  log "check only: the series applies to a scratch copy of ${dest}; nothing was changed"
+  log "check only: the series applies to a scratch copy of ${shown}; nothing was changed"
 elif ((install)); then
   install_tree "$work"
 fi

@@ -42,6 +42,7 @@ CLUSTER = [
     "127.0.0.1",
 ]
 DAPO = ["bash", str(REPO_ROOT / "recipes" / "run_qwen3_4b_dapo_npu.sh"), "--hw", "a3", "--dry-run", "--no-path-check"]
+SMOKE_DATA = REPO_ROOT / "recipes" / "smoke" / "data"
 # retool-models through ``python -m``: the same main as the console script, which an older venv may lack
 MODELS = [sys.executable, "-m", "recipes.smoke.models"]
 
@@ -56,6 +57,19 @@ def _damaged_bundle(folder: Path, manifest: str) -> Path:
 def _generations(folder: Path) -> None:
     (folder / "g.jsonl").write_text(json.dumps({"input": "1+0?", "output": "\\boxed{1}", "gts": "1"}) + "\n")
     (folder / "other.jsonl").write_text(json.dumps({"question_id": 3, "text": "hello"}) + "\n")
+
+
+def _parquet(file: Path, **columns: list[object]) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table(columns), file)
+    return file
+
+
+def _generations_and(plant: Callable[[Path], object]) -> Callable[[Path], object]:
+    """The generations of :func:`_generations`, and what ``plant`` adds beside them."""
+    return lambda folder: (_generations(folder), plant(folder))
 
 
 @dataclass(frozen=True)
@@ -131,6 +145,13 @@ ROWS = {
     "dapo train_batch_size=0": Row([*DAPO, "data.train_batch_size=0"], "data.train_batch_size=0 must be at least 1", 1),
     "dapo train_batch_size=abc": Row([*DAPO, "data.train_batch_size=abc"], "data.train_batch_size='abc' must be", 1),
     "dapo total_epochs=abc": Row([*DAPO, "trainer.total_epochs=abc"], "trainer.total_epochs='abc' must be", 1),
+    # issue 33: 0 read as "no cap" planned the epochs' steps (verl would train one); -3 planned -3 steps
+    "dapo total_training_steps=0": Row(
+        [*DAPO, "trainer.total_training_steps=0"], "trainer.total_training_steps=0 must be at least 1", 1
+    ),
+    "dapo total_training_steps=-3": Row(
+        [*DAPO, "trainer.total_training_steps=-3"], "trainer.total_training_steps=-3 must be at least 1", 1
+    ),
     "dapo KIT_HW=bogus": Row(DAPO[:2] + DAPO[4:], "KIT_HW: unknown hardware profile 'bogus'", env={"KIT_HW": "bogus"}),
     # issue 21's own additions: every option of every command that takes a value with a range or a kind
     "dapo --max-restarts -1": Row([*DAPO, "--max-restarts", "-1"], "--max-restarts: -1 is out of range"),
@@ -153,6 +174,33 @@ ROWS = {
     "prepare --output a folder": Row(
         [f"{BIN}/retool-prepare", "sft", "--input", "x.jsonl", "--output", "{tmp}"], "--output {tmp} is a directory"
     ),
+    # issue 33: an output nothing can be written in: pyarrow's path-less FileNotFoundError after all the work (prepare),
+    # a download of gigabytes before the failure (bundle create), the report computed before it (eval)
+    "prepare --output under /proc": Row(
+        [f"{BIN}/retool-prepare", "val", "--input", str(SMOKE_DATA / "aime_2025.jsonl"), "--output", "/proc/k.parquet"],
+        "--output /proc/k.parquet: cannot write in /proc",
+    ),
+    "prepare --output under a file": Row(
+        [
+            f"{BIN}/retool-prepare",
+            "val",
+            "--input",
+            str(SMOKE_DATA / "aime_2025.jsonl"),
+            "--output",
+            "{tmp}/f/o.parquet",
+        ],
+        "--output {tmp}/f/o.parquet: {tmp}/f is a file, not a folder",
+        plant=lambda tmp: (tmp / "f").write_text("mine"),
+    ),
+    "bundle create --out under /proc": Row(
+        [f"{BIN}/retool-bundle", "create", "--out", "/proc/kit-bundle", "--no-wheels"],
+        "--out /proc/kit-bundle: cannot write in /proc",
+    ),
+    "eval --json under /proc": Row(
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--json", "/proc/kit-eval.json"],
+        "--json /proc/kit-eval.json: cannot write in /proc",
+        plant=_generations,
+    ),
     "prepare broken jsonl": Row(
         [f"{BIN}/retool-prepare", "rl", "--input", "{tmp}/bad.jsonl", "--output", "{tmp}/o.parquet"],
         "invalid JSON on line 2",
@@ -165,6 +213,36 @@ ROWS = {
         "{tmp}/bad.jsonl: line 1: not JSON",
         plant=lambda tmp: (tmp / "bad.jsonl").write_text("{oops\n"),
     ),
+    # issue 33: a --data that is not a parquet, or a parquet where the generations go: pyarrow's and the codec's
+    # tracebacks
+    "eval --data missing": Row(
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--data", "{tmp}/none.parquet"],
+        "--data {tmp}/none.parquet: no such file",
+        plant=_generations,
+    ),
+    "eval --data a log file": Row(
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--data", "{tmp}/run.log"],
+        "--data {tmp}/run.log: not a readable parquet file",
+        plant=_generations_and(lambda tmp: (tmp / "run.log").write_text("step 1 done\n")),
+    ),
+    "eval --data a folder": Row(
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--data", "{tmp}"], "--data {tmp} is a folder", plant=_generations
+    ),
+    "eval --data without a prompt column": Row(
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--data", "{tmp}/sft.parquet"],
+        "--data {tmp}/sft.parquet has no prompt column",
+        plant=_generations_and(lambda tmp: _parquet(tmp / "sft.parquet", messages=["hi"], data_source=["x"])),
+    ),
+    "eval a parquet as the dumps": Row(
+        [f"{BIN}/retool-eval", "{tmp}/val.parquet"],
+        "{tmp}/val.parquet is a parquet file, not JSONL generations",
+        plant=lambda tmp: _parquet(tmp / "val.parquet", prompt=["1+1?"], data_source=["x"]),
+    ),
+    "eval a binary file": Row(
+        [f"{BIN}/retool-eval", "{tmp}/blob.bin"],
+        "{tmp}/blob.bin: not a UTF-8 text file",
+        plant=lambda tmp: (tmp / "blob.bin").write_bytes(b"\x89\xff\xfe binary"),
+    ),
     "launch unknown recipe": Row(
         [f"{BIN}/retool-launch", "plan", "--recipe", "qwen3_4b_ppo", "--hw", "a3", "--dry-run"], "unknown recipe"
     ),
@@ -172,6 +250,21 @@ ROWS = {
         ["bash", str(REPO_ROOT / "scripts" / "sft_to_rl.sh"), "--ckpt-dir", "{tmp}/ckpt", "--dry-run"],
         "no finished SFT checkpoint in {tmp}/ckpt",
         code=EXIT_FAILED,
+    ),
+    # issue 33: wrong input that ended in exit 1 (the usage code is 2)
+    "sft_to_rl unknown recipe": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "sft_to_rl.sh"), "--recipe", "qwen3_4", "--dry-run"],
+        "--recipe: unknown recipe 'qwen3_4'",
+    ),
+    "sft_to_rl --step -1": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "sft_to_rl.sh"), "--step", "-1", "--dry-run"], "--step: -1 is out of range"
+    ),
+    "setup_verl --source svn": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "setup_verl.sh"), "--source", "svn"], "--source must be git or sdist"
+    ),
+    "setup_verl --check a missing --repo": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "setup_verl.sh"), "--repo", "{tmp}/nonexistent", "--check"],
+        "--repo {tmp}/nonexistent: no such folder",
     ),
     "ray_cluster --port 0": Row([*CLUSTER, "--port", "0"], "--port: 0 is not a port"),
     "docker build --hw a5": Row(["bash", str(REPO_ROOT / "docker" / "build.sh"), "--hw", "a5", "--dry-run"], "'a5'"),

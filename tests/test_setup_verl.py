@@ -62,6 +62,41 @@ def test_unknown_argument_fails(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "unknown argument" in proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "shows"),
+    [
+        (["--source", "svn"], "--source must be git or sdist, not 'svn'"),
+        (["--source"], "--source needs git or sdist"),
+        (["--repo", "/nonexistent", "--check"], "--repo /nonexistent: no such folder"),
+        (["--source", "git", "--repo", "{tmp}/notes.txt", "--check"], "--repo {tmp}/notes.txt is not a git repository"),
+    ],
+)
+def test_wrong_input_is_one_line_and_exit_2(args: list[str], shows: str, tmp_path: Path) -> None:
+    """Issue 33: a --repo that does not exist was ignored by --check (it checked build/verl and passed); --source svn
+    and a missing value ended in exit 1 (or bash's own message), where the kit's usage code is 2."""
+    (tmp_path / "notes.txt").write_text("not a repository")
+    proc = run_setup(*(a.replace("{tmp}", str(tmp_path)) for a in args), home=tmp_path / "home")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"setup_verl: error: {shows.replace('{tmp}', str(tmp_path))}"), lines
+
+
+def test_check_examines_the_repo_given_not_build_verl(tmp_path: Path) -> None:
+    """--check with --repo (no --dest) checks that repository: one that is not verl fails naming it (exit 2), where
+    the check used to run on build/verl and pass."""
+    plain = tmp_path / "notverl"
+    subprocess.run(["git", "init", "--quiet", str(plain)], check=True)
+    git(plain, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "--allow-empty", "-m", "x")
+    bare = tmp_path / "bare.git"
+    subprocess.run(["git", "clone", "--quiet", "--bare", str(plain), str(bare)], check=True)
+    for repo in (plain, bare):
+        proc = run_setup("--source", "git", "--repo", str(repo), "--check", home=tmp_path / "home")
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        error = f"setup_verl: error: {repo} has no tag v0.6.1 (is it a verl checkout?)"
+        assert proc.stderr.strip().splitlines()[-1] == error, proc.stderr
+        assert git(plain, "log", "--format=%s") == "x"  # nothing changed in the repository
+
+
 def test_tree_built_by_the_test_command_is_patched() -> None:
     tree = verl_tree()
     subjects = git(tree, "log", "--format=%s", "v0.6.1..HEAD").splitlines()

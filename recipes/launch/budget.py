@@ -51,7 +51,7 @@ def planned_steps(cfg: DictConfig, phase: str, rows: int | None) -> int | None:
     fixed = cfg.trainer.get("total_training_steps")
     per_epoch, _ = steps_per_epoch(cfg, phase, rows)
     by_epochs = None if per_epoch is None else per_epoch * int(cfg.trainer.total_epochs)
-    if fixed:
+    if fixed is not None:  # 0 is a cap too (bad_counts refuses it first), not "unset"
         return int(fixed) if by_epochs is None else min(int(fixed), by_epochs)
     return by_epochs
 
@@ -60,7 +60,7 @@ def total_steps_text(cfg: DictConfig, phase: str, rows: int | None) -> str:
     fixed = cfg.trainer.get("total_training_steps")
     per_epoch, _ = steps_per_epoch(cfg, phase, rows)
     epochs = int(cfg.trainer.total_epochs)
-    if fixed:
+    if fixed is not None:
         if per_epoch is not None and per_epoch * epochs < int(fixed):
             capped = f"trainer.total_training_steps={fixed} not reached"
             return f"{per_epoch * epochs} ({epochs} epoch(s) x {per_epoch}; {capped})"

@@ -190,6 +190,8 @@ COUNT_KEYS: dict[str, tuple[tuple[str, int], ...]] = {
         ("trainer.nnodes", 1),
         ("trainer.n_gpus_per_node", 1),
         ("trainer.total_epochs", 1),
+        # unset (null) is the epochs' count; 0 is not "no cap": verl trains one step before it looks (issue 33)
+        ("trainer.total_training_steps", 1),
         ("trainer.save_freq", -1),
         ("trainer.test_freq", -1),
         ("data.train_batch_size", 1),

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_OK, KitError, entry_point
+from npu_kernels.cli_errors import EXIT_OK, KitError, UsageError, entry_point, whole_number_arg
 from npu_kernels.platform import default_hardware
 from npu_kernels.platform.cli import add_profile_option
 from recipes.launch import catalog, inputs
@@ -78,7 +78,8 @@ def _recipes(name: str) -> tuple[catalog.Recipe, catalog.Recipe]:
         return catalog.get(f"{base}_sft"), catalog.get(f"{base}_dapo")
     except KeyError:
         models = sorted({r.name.rsplit("_", 1)[0] for r in catalog.RECIPES.values()})
-        raise HandoffError(f"unknown recipe {name!r}; one of {', '.join(models)}") from None
+        # the user's word, not the checkpoint's state: the usage code (2), as every other unknown name in the kit
+        raise UsageError(f"--recipe: unknown recipe {name!r}", f"one of {', '.join(models)}") from None
 
 
 def latest_step(ckpt_dir: Path) -> int:
@@ -189,7 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--recipe", default="qwen3_4b", help="qwen3_4b or qwen2.5_32b (either stage's name works)")
     add_profile_option(parser, "hardware profile of the SFT run (default: KIT_HW, else this machine's)")
     parser.add_argument("--ckpt-dir", help="the SFT run's trainer.default_local_dir")
-    parser.add_argument("--step", type=int, help="merge global_step_STEP instead of the latest")
+    parser.add_argument(
+        "--step", type=whole_number_arg(1), help="merge global_step_STEP instead of the latest (verl counts from 1)"
+    )
     parser.add_argument("--target", help=f"output folder (default <ckpt dir>/{catalog.MERGED_DIR_NAME})")
     parser.add_argument("--force", action="store_true", help="replace a target that holds another merge")
     parser.add_argument("--dry-run", action="store_true", help="check and print the merge command; merge nothing")
@@ -199,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _recipes(args.recipe)  # a wrong --recipe is named before the platform is probed (that imports torch)
     args.hw = args.profile or default_hardware()  # a bad KIT_HW raises a UsageError
     handoff = plan(args)
     print(f"SFT checkpoint: {handoff.step_dir} (step {handoff.step})")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from npu_kernels.cli_errors import UsageError  # the request itself is wrong: a bad override, profile, ...
+from npu_kernels.cli_errors import OVERRIDE_KEY, UsageError  # the request itself is wrong: a bad override, ...
 from npu_kernels.platform import PROFILES, current_platform
 from recipes.launch import budget, checks, cluster, compose, inputs, memory, multinode, paths, ray_cpus, trace
 from recipes.launch import parity as parity_settings
@@ -32,7 +32,6 @@ RL_ENTRY = "verl.trainer.main_ppo"
 _SAFE_VALUE = re.compile(r"[\w./:@+\-]+")
 #: Plain values Hydra's override grammar types as int, float, bool or null (case-insensitive, as Hydra reads them).
 _NON_STRING = re.compile(r"[+-]?(\d[\d_]*(\.\d*)?([eE][+-]?\d+)?|\.\d+|inf|nan)|true|false|null", re.IGNORECASE)
-_KEY = re.compile(r"^(?:~|\+\+|\+)?([^=]+)=")
 
 
 def hydra_override(key: str, value: object, *, string: bool = False) -> str:
@@ -49,7 +48,7 @@ def hydra_override(key: str, value: object, *, string: bool = False) -> str:
 
 def override_key(override: str) -> str | None:
     """The config key an override sets (``+a.b=1`` and ``a.b=1`` both set ``a.b``); None for a malformed one."""
-    match = _KEY.match(override.strip())
+    match = OVERRIDE_KEY.match(override.strip())
     return match.group(1).strip() if match else None
 
 
@@ -91,7 +90,8 @@ def _without(ours: Sequence[str], user_keys: set[str]) -> list[str]:
     return [item for item in ours if override_key(item) not in user_keys]
 
 
-def _check_user_overrides(user: Sequence[str]) -> set[str]:
+def check_user_overrides(user: Sequence[str]) -> set[str]:
+    """The keys the user's overrides set; a malformed one, or one that picks the profile or scale, is refused."""
     keys = set()
     for item in user:
         if "\n" in item or "\r" in item:
@@ -138,7 +138,7 @@ def build(
     if hw not in PROFILES:
         raise UsageError(f"unknown hardware profile {hw!r}; choose one of {', '.join(PROFILES)}")
     user = list(user_overrides)
-    user_keys = _check_user_overrides(user)
+    user_keys = check_user_overrides(user)
     plan = Plan(recipe, hw, scale_given=scale is not None, parity=parity)
     if parity:  # the reference's numerics on the kit's stack (recipes.launch.parity)
         environ = {**environ, **parity_settings.ENV, **(parity_settings.RL_JOB_ENV if recipe.phase == "rl" else {})}

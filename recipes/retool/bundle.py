@@ -26,7 +26,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_OK, KitError, UsageError, entry_point
+from npu_kernels.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point
 from recipes.launch.inputs import DEFAULT_DATA_DIR, DEFAULT_MODELS_DIR
 
 #: (retool-prepare command, hub dataset id, parquet name the recipes read by default)
@@ -119,6 +119,7 @@ def create(
         raise BundleError(f"--out {out} is a file: give a new folder")
     if out.exists() and any(out.iterdir()):
         raise BundleError(f"--out {out} is not empty: give a new folder")
+    check_writable("--out", out, folder=True)  # before gigabytes are downloaded, not after
     for _, repo, _ in DATASETS:
         say(f"dataset {repo}")
         download(repo, "dataset", out / "datasets" / repo.split("/")[-1])

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from npu_kernels.cli_errors import EXIT_OK, UsageError, counts_arg, entry_point
+from npu_kernels.cli_errors import EXIT_OK, UsageError, check_writable, counts_arg, entry_point
 from recipes.retool.generations import (
     OUTPUT_KEYS,
     Sample,
@@ -275,6 +275,9 @@ def check_args(args: argparse.Namespace) -> None:
     looks_like_path = tokenizer.startswith((".", "/", "~")) or tokenizer.count("/") > 1  # a hub id is org/name
     if looks_like_path and not Path(tokenizer).expanduser().is_dir():
         raise UsageError(f"--tokenizer {tokenizer}: no such folder (a tokenizer folder, or a hub name org/name)")
+    for option, target in (("--json", args.json), ("--markdown", args.markdown)):
+        if target is not None:
+            check_writable(option, target)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -171,11 +171,28 @@ def dump_files(path: Path, step: int | None = None, all_steps: bool = False) -> 
     return [numbered[-1][1]]
 
 
+def _jsonl_text(file: Path) -> str:
+    """A generations file's text. A parquet (a validation file given where the dumps go) or any other binary file is
+    named in one line: decoding it would end in a UnicodeDecodeError traceback."""
+    data = file.read_bytes()
+    if data[:4] == b"PAR1":
+        raise UsageError(
+            f"{file} is a parquet file, not JSONL generations",
+            "give a dump folder (trainer.validation_data_dir) or a .jsonl file; a validation parquet goes with --data",
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{file}: not a UTF-8 text file (byte {exc.start})", "give a dump folder or a .jsonl file of generations"
+        ) from None
+
+
 def read_records(files: Iterable[Path]) -> list[dict[str, Any]]:
     """Every JSON object of the files; a bad line is named by file and line number (counted from 1, as editors do)."""
     records = []
     for file in files:
-        for lineno, line in enumerate(file.read_text(encoding="utf-8").splitlines(), start=1):
+        for lineno, line in enumerate(_jsonl_text(file).splitlines(), start=1):
             if not line.strip():
                 continue
             try:
@@ -188,14 +205,41 @@ def read_records(files: Iterable[Path]) -> list[dict[str, Any]]:
     return records
 
 
-def data_source_index(parquets: Sequence[Path]) -> list[tuple[str, str]]:
-    """``(user prompt text, data_source)`` of every row of the RL/val parquet files, longest prompt first."""
+def _index_rows(file: Path) -> list[dict[str, Any]]:
+    """The ``prompt`` and ``data_source`` columns of one ``--data`` file. A missing file, a folder, a file that is
+    not parquet (a log, a JSONL) or a parquet without those columns is the user's input: one line, exit 2, not
+    pyarrow's traceback."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    if not file.exists():
+        raise MissingPathError(f"--data {file}: no such file", "give the RL/val parquet that retool-prepare wrote")
+    if not file.is_file():
+        raise UsageError(f"--data {file} is a folder, not a parquet file", "name the parquet file in it")
+    try:
+        names = pq.read_schema(file).names
+    except (pa.ArrowException, OSError):
+        raise UsageError(
+            f"--data {file}: not a readable parquet file", "give the RL/val parquet that retool-prepare wrote"
+        ) from None
+    missing = [name for name in ("prompt", "data_source") if name not in names]
+    if missing:
+        raise UsageError(
+            f"--data {file} has no {' or '.join(missing)} column: not an RL/val parquet",
+            "give a parquet that retool-prepare rl|val wrote",
+        )
+    return pq.read_table(file, columns=["prompt", "data_source"]).to_pylist()
+
+
+def data_source_index(parquets: Sequence[Path]) -> list[tuple[str, str]]:
+    """``(user prompt text, data_source)`` of every row of the RL/val parquet files, longest prompt first."""
     pairs = []
     for file in parquets:
-        for row in pq.read_table(file, columns=["prompt", "data_source"]).to_pylist():
-            users = [m.get("content", "") for m in row["prompt"] or [] if m.get("role") == "user"]
+        for row in _index_rows(file):
+            prompt = row["prompt"]
+            if isinstance(prompt, str):  # a plain-text prompt column: the user's text itself
+                prompt = [{"role": "user", "content": prompt}]
+            users = [m.get("content", "") for m in prompt or [] if isinstance(m, dict) and m.get("role") == "user"]
             if users and users[-1]:
                 pairs.append((users[-1].strip(), str(row["data_source"])))
     return sorted(pairs, key=lambda p: -len(p[0]))

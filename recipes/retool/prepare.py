@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from npu_kernels.cli_errors import EXIT_OK, UsageError, entry_point, whole_number_arg
+from npu_kernels.cli_errors import EXIT_OK, UsageError, check_writable, entry_point, whole_number_arg
 from recipes.retool.rows import dedup_key, to_rl_row
 from recipes.retool.sft import to_sft_row
 from recipes.retool.sources import (
@@ -215,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(
             f"--output {args.output} is a directory", f"name the parquet file to write, e.g. {args.output}/a.parquet"
         )
+    check_writable("--output", args.output)  # /proc, a read-only mount, a file as the folder: before any work
     try:
         source = open_source(args.input, split=args.split)
         fmt = args.format or detect_format(source.columns, source.name)

@@ -22,14 +22,13 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from npu_kernels.cli_errors import EXIT_OK, EXIT_USAGE, UsageError, entry_point
+from npu_kernels.cli_errors import EXIT_OK, EXIT_USAGE, UsageError, check_writable, entry_point, hydra_override_arg
 
 if TYPE_CHECKING:
     from npu_kernels.platform import HardwareProfile, Platform
@@ -41,6 +40,8 @@ ROLLOUTS = ("vllm", "hf")
 VENV = "venv"
 #: Packages the smoke imports in the interpreter that runs it (the trainers and the launcher).
 RUNTIME_MODULES = ("torch", "verl", "hydra")
+#: What a dry run imports to compose the stages' commands (the launcher's config composition).
+DRY_RUN_MODULES = ("omegaconf", "hydra")
 
 EPILOG = """\
 Stages: model -> data -> SFT -> merge -> tool-call check -> sandbox -> RL -> eval -> plots (-> learn), with the real
@@ -140,10 +141,12 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rl-override",
         action="append",
+        type=hydra_override_arg,
         default=[],
         metavar="KEY=VALUE",
         help="a Hydra override for the RL stage, after the smoke's own (repeatable), e.g. to try a setting at tiny "
-        "scale: --learn --rl-override actor_rollout_ref.actor.optim.lr=1e-4",
+        "scale: --learn --rl-override actor_rollout_ref.actor.optim.lr=1e-4; its key must be in the RL config "
+        "(checked before the first stage) unless added with +KEY=VALUE",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="print each stage's command and environment; start nothing"
@@ -246,15 +249,29 @@ def runner(args: argparse.Namespace) -> str:
     target = resolve_target(args.platform)
     if target.needs_venv and os.environ.get(IMAGE_ENV) != target.profile.name:
         return VENV
-    problems = [] if args.dry_run else interpreter_problems(target)
+    problems = dry_run_problems() if args.dry_run else interpreter_problems(target)
     if problems:
         image = target.profile.image
         where = f"the kit's image ({image.kit_tag}, {image.dockerfile})" if image else "the kit's image"
+        stack = f"the {target.platform.name} stack"
+        if args.dry_run:  # any interpreter with the kit's packages prints the commands
+            stack = "the kit's packages (for a dry run, the .venv that bash scripts/test.sh builds will do)"
         raise UsageError(
             f"{'; '.join(problems)}. Run the smoke inside {where}, or set KIT_PYTHON to the interpreter that has "
-            f"the {target.platform.name} stack; --platform cpu runs it on the CPU in .venv"
+            f"{stack}; --platform cpu runs it on the CPU in .venv"
         )
     return sys.executable
+
+
+def dry_run_problems() -> list[str]:
+    """Why this interpreter cannot even print the commands: a host's bare python3, without the kit's packages (the
+    dry run on an NPU or GPU host runs in the interpreter check-args ran in; a ModuleNotFoundError otherwise)."""
+    missing = [name for name in DRY_RUN_MODULES if importlib.util.find_spec(name) is None]
+    return (
+        [f"{sys.executable} lacks {', '.join(missing)}, which the dry run composes the commands with"]
+        if missing
+        else []
+    )
 
 
 def check_rollout(choice: str | None, target: Target) -> None:
@@ -270,11 +287,7 @@ def check_out(out: Path, force: bool) -> None:
         raise UsageError(f"--out {out} is a file, not a folder")
     if out.is_dir() and any(out.iterdir()) and not force:
         raise UsageError(f"{out} is not empty (use another --out, or --force to replace it)")
-    existing = next(p for p in (out, *out.parents) if p.exists())
-    try:  # a probe, not os.access: root passes access() on read-only bind mounts and /proc alike
-        tempfile.TemporaryDirectory(dir=existing, prefix=".smoke-probe-").cleanup()
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot write in {existing} ({exc.strerror or exc})") from None
+    check_writable("--out", out, folder=True)
 
 
 def check_from_sft(source: Path | None, out: Path, task: str) -> Path | None:
@@ -374,7 +387,7 @@ def _run(words: list[str]) -> int:
     args = build_run_parser().parse_args(words)
     target = resolve_target(args.platform)
     out = (args.out or default_out()).resolve()
-    from recipes.smoke.commands import FAST, FULL, SMOKE_TASK
+    from recipes.smoke.commands import FAST, FULL, SMOKE_TASK, check_rl_overrides
     from recipes.smoke.learn import LEARN, LEARN_TASK
     from recipes.smoke.pipeline import Smoke
     from recipes.smoke.supervisor import exit_on_signals, say
@@ -382,6 +395,7 @@ def _run(words: list[str]) -> int:
     mode = run_mode(args)
     sizes, task = {"learn": (LEARN, LEARN_TASK), "fast": (FAST, SMOKE_TASK), "tiny": (FULL, SMOKE_TASK)}[mode]
     check_rollout(args.rollout, target)
+    check_rl_overrides(target.profile, args.rl_override)  # the RL stage composes them only after SFT
     from_sft = check_from_sft(args.from_sft, out, task.name)
     options = {"trace": args.trace, "rollout": args.rollout, "task": task, "seed": args.seed, "from_sft": from_sft}
     options["model"] = args.model.resolve() if args.model else None

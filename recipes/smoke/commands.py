@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from npu_kernels.cli_errors import UsageError
 from npu_kernels.platform import HardwareProfile, RolloutEngine, applied
 from npu_kernels.platform.base import RL_ROLLOUT_NAME_KEY as ROLLOUT_NAME_KEY
 from recipes.launch import catalog
@@ -137,6 +138,41 @@ class Command:
     argv: list[str]
     env: dict[str, str]
     recipe: str | None = None  # trainer stages: the launcher recipe the script runs
+
+
+def check_rl_overrides(profile: HardwareProfile, overrides: Sequence[str]) -> None:
+    """``--rl-override``, checked before the first stage: the RL stage composes them only after SFT and the merge.
+
+    The launcher's rules (:func:`recipes.launch.plan.check_user_overrides`), then Hydra's, on the RL recipe composed
+    as the stage composes it (the profile, the smoke scale): a key the config lacks is refused unless it is added with
+    ``+`` (``++``), a config group's choice is a key, and the values must parse and merge."""
+    if not overrides:
+        return
+    from omegaconf import OmegaConf
+
+    from recipes.launch import compose, plan
+
+    try:
+        plan.check_user_overrides(overrides)
+    except UsageError as exc:
+        raise UsageError(f"--rl-override: {exc.what}", exc.fix) from None
+    base = [f"profile={profile.name}", *profile.verl_overrides(RL_RECIPE.phase), f"scale={SCALE}"]
+    cfg, choices = compose.compose_with_choices(RL_RECIPE, base)
+    missing = object()
+    for item in overrides:
+        key = plan.override_key(item)
+        if item.startswith("+") or key in choices or OmegaConf.select(cfg, str(key), default=missing) is not missing:
+            continue
+        add = "" if item.startswith("~") else f"; a new key is added with +{item}"
+        raise UsageError(
+            f"--rl-override {item}: the RL config ({RL_RECIPE.name}) has no key {key}", f"check its spelling{add}"
+        )
+    try:
+        compose.compose(RL_RECIPE, [*base, *overrides])
+    except compose.ConfigError as exc:
+        said = [line.strip() for line in str(exc).splitlines() if line.strip() not in ("", "None")]
+        said = [line for line in said if "hydra.cc/docs" not in line]
+        raise UsageError(f"--rl-override {' '.join(overrides)}: {' '.join(said[:3])}") from None
 
 
 def smollm2_dir() -> Path:

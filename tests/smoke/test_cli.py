@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 import time
@@ -13,7 +14,10 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env
 
+from npu_kernels.cli_errors import UsageError
+from npu_kernels.platform import PROFILES
 from recipes.smoke import cli
+from recipes.smoke.commands import check_rl_overrides
 
 STUBS = REPO_ROOT / "tests" / "kernels" / "stubs"
 
@@ -173,6 +177,64 @@ def test_the_main_job_is_the_learning_check(tmp_path: Path) -> None:
 def test_run_modes_refuse_contradictions(tmp_path: Path, words: list[str], message: str) -> None:
     proc = _dry_run(tmp_path / "run", "--platform", "cpu", *words)
     assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+
+
+@pytest.mark.parametrize("platform", ["npu", "cuda"])
+def test_dry_run_in_a_python_without_the_kit_says_where_to_run_it(tmp_path: Path, platform: str) -> None:
+    """Issue 33: on a host's bare python3 (no omegaconf) the NPU or GPU dry run, which runs in that interpreter, ended
+    in ModuleNotFoundError: one line now, exit 2, naming the kit's image and KIT_PYTHON."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=60)
+    python = bare / "bin" / "python"
+    proc = _smoke("--dry-run", "--platform", platform, "--out", str(tmp_path / "out"), KIT_PYTHON=str(python))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stdout + proc.stderr
+    assert lines[0].startswith(f"smoke: error: {python} lacks omegaconf"), lines
+    assert "kit's image" in lines[0] and "KIT_PYTHON" in lines[0] and ".venv" in lines[0]
+
+
+def test_rl_override_without_a_key_stops_before_the_venv() -> None:
+    """Issue 33: ``--rl-override notakv`` was taken, and the RL stage failed on it after SFT."""
+    proc = _check_args("--fast", "--rl-override", "notakv", KIT_DEVICE="cpu")
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert "argument --rl-override: 'notakv' is not a Hydra override KEY=VALUE" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "trainer.totl_epochs=3",
+            "--rl-override trainer.totl_epochs=3: the RL config (qwen3_4b_dapo) has no key trainer.totl_epochs",
+        ),
+        ("~trainer.no_such_key=", "has no key trainer.no_such_key"),
+        ("trainer.total_epochs=[1,", "--rl-override trainer.total_epochs=[1,: no viable alternative"),
+        ("profile=a3", "not a profile= override"),
+    ],
+)
+def test_rl_override_the_rl_config_lacks_is_refused(override: str, message: str) -> None:
+    """Issue 33: a misspelt key is refused before the first stage (Hydra's struct rule on the composed RL config)."""
+    with pytest.raises(UsageError, match=re.escape(message)):
+        check_rl_overrides(PROFILES["cpu"], [override])
+
+
+def test_rl_overrides_hydra_takes_pass() -> None:
+    """New keys with + or ++, a config group's choice, and a plain key of the config."""
+    words = [
+        "+trainer.new_key=3",
+        "++trainer.other=1",
+        "trainer.total_epochs=2",
+        "actor@actor_rollout_ref.actor=dp_actor",
+    ]
+    check_rl_overrides(PROFILES["cpu"], words)
+
+
+def test_misspelt_rl_override_fails_the_dry_run(tmp_path: Path) -> None:
+    proc = _dry_run(tmp_path / "run", "--platform", "cpu", "--fast", "--rl-override", "trainer.totl_epochs=3")
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert proc.stderr.startswith("smoke: error: --rl-override trainer.totl_epochs=3: the RL config")
+    assert proc.stderr.count("\n") == 1 and "+trainer.totl_epochs=3" in proc.stderr
 
 
 @pytest.mark.parametrize("platform", ["cuda", "npu"])
