@@ -16,8 +16,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 from kit_testing import REPO_ROOT, child_pids, free_port
+from omegaconf import OmegaConf
 
 from npu_kernels.cli_errors import UsageError
 from npu_kernels.platform.cpu import CPU_RAY_NUM_CPUS
