@@ -30,10 +30,19 @@ from pathlib import Path
 KIT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT_ROOT))
 
+from npu_kernels.platform.images import device_nodes  # noqa: E402
 from npu_kernels.platform.profiles import PROFILES  # noqa: E402
 
 #: Stand-in builders by pinned base repository (pins.env key of the repo -> script under docker/standin/).
-STANDINS = {"CPU_BASE_IMAGE": "docker/standin/python_slim.sh"}
+STANDINS = {
+    "CPU_BASE_IMAGE": "docker/standin/python_slim.sh",
+    "VLLM_ASCEND_IMAGE": "docker/standin/vllm_ascend.sh",
+    "VLLM_CUDA_IMAGE": "docker/standin/vllm_openai.sh",
+}
+#: The Debian root the accelerator stand-ins share (docker/standin/lib.sh standin_shared_root).
+SHARED_STANDIN_ROOT = "retool-kit-standin/bookworm-python:3.11-git"
+#: What the doctor checks inside every image; ``platform`` too where this host has the image's devices.
+DOCTOR_GROUPS = "image,versions,patches,env,sandbox"
 DOCKERD_ARGS = ("--iptables=false", "--bridge=none")
 
 
@@ -124,7 +133,7 @@ def image_present(tag: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
 
 
-def ensure_base(profile_name: str, out: Path, made: list[str]) -> str:
+def ensure_base(profile_name: str, out: Path, made: list[str], env: dict[str, str]) -> str:
     """The profile's pinned base, made as a stand-in when it is not here; its description for the table."""
     image = PROFILES[profile_name].image
     assert image is not None
@@ -144,7 +153,7 @@ def ensure_base(profile_name: str, out: Path, made: list[str]) -> str:
         raise SystemExit(f"test_images: {image.base} is not here and the kit has no stand-in for it yet")
     say(f"{image.base} cannot be pulled here: building its stand-in ({builder})")
     t0 = time.monotonic()
-    rc, _ = run(["bash", str(KIT_ROOT / builder), image.base], out / "standin.log", timeout=1800)
+    rc, _ = run(["bash", str(KIT_ROOT / builder), image.base], out / "standin.log", timeout=3600, env=env)
     if rc != 0:
         raise SystemExit(f"test_images: the stand-in for {image.base} failed (see {out / 'standin.log'})")
     made.append(image.base)
@@ -187,14 +196,25 @@ def run_in_image(profile_name: str, ckpt_root: Path, command: list[str], log: Pa
         CKPT_ROOT=str(ckpt_root / "ckpt"), MODELS_DIR=str(ckpt_root / "models"), DATA_DIR=str(ckpt_root / "data")
     )
     cmd = ["bash", str(KIT_ROOT / platform.run_script), "--hw", profile_name, "--docker-arg=--network=host"]
+    if not has_devices(profile_name):
+        cmd.append("--no-devices")  # the run script prints its note
     return run([*cmd, "--", *command], log, timeout=timeout, env=env)
+
+
+def has_devices(profile_name: str) -> bool:
+    """Whether this host can give the image its platform's devices (always, for a platform that has none)."""
+    access = PROFILES[profile_name].platform.device_access
+    assert access is not None
+    if access.node_prefix:
+        return bool(device_nodes(access, "/dev"))
+    return access.gpus is None or Path("/dev/nvidiactl").exists()  # the NVIDIA driver's control node
 
 
 def check_doctor(profile_name: str, row: Row, roots: Path, out: Path) -> None:
     rc, text = run_in_image(
         profile_name,
         roots,
-        ["retool-doctor", "--only", "platform,image,versions,patches,env,sandbox"],
+        ["retool-doctor", "--only", ("platform," if has_devices(profile_name) else "") + DOCTOR_GROUPS],
         out / "doctor.log",
         600,
     )
@@ -237,6 +257,22 @@ def check_smoke(profile_name: str, row: Row, roots: Path, out: Path) -> None:
     row.checks["smoke --fast"] = f"{'ok' if ok else 'FAILED'} ({time.monotonic() - t0:.0f} s)"
 
 
+def check_two_nodes(cpu_row: Row, roots: Path, out: Path, env: dict[str, str]) -> Row:
+    """docker/two_node.py on the CPU image just built and the smoke's model and data."""
+    import two_node
+
+    row = Row("two nodes of " + cpu_row.image, "2 containers on a user-defined docker network")
+    smoke = roots / "ckpt" / "smoke"
+    if "FAILED" in cpu_row.checks.get("smoke --fast", "FAILED") or not (smoke / "sft" / "hf_merged").is_dir():
+        row.checks["two nodes"] = "FAILED (no smoke model and data to train on)"
+        return row
+    cluster = two_node.Cluster(cpu_row.image, out, roots)
+    facts = two_node.run_two_nodes(cluster, smoke, env, say)
+    (out / "two-node.json").write_text(json.dumps(facts, indent=1, default=str))
+    row.checks = two_node.verdicts(facts)
+    return row
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     with_images = [name for name, profile in PROFILES.items() if profile.image is not None]
     parser = argparse.ArgumentParser(
@@ -247,6 +283,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--hw", action="append", choices=with_images, help="profile(s) to build (default: cpu)")
     parser.add_argument("--keep", action="store_true", help="keep the images and stand-ins it made")
     parser.add_argument("--skip-smoke", action="store_true", help="skip `smoke.sh --fast` in the CPU image (~6 min)")
+    parser.add_argument(
+        "--two-node",
+        action="store_true",
+        help="also run two containers of the CPU image as a Ray cluster: GRPO with ranks on both, the worker killed "
+        "mid-run, restarted, the run resumed (docker/two_node.py, ~15 min; implies --hw cpu)",
+    )
     parser.add_argument("--out", type=Path, help="logs and outputs (default: a new folder under /var/tmp)")
     return parser.parse_args(argv)
 
@@ -261,21 +303,25 @@ def main(argv: list[str] | None = None) -> int:
     made: list[str] = []
     rows = []
     try:
-        for name in args.hw or ["cpu"]:
-            row = Row(PROFILES[name].image.kit_tag, ensure_base(name, out, made))
+        wanted = args.hw or ["cpu"]
+        for name in wanted + (["cpu"] if args.two_node and "cpu" not in wanted else []):
+            row = Row(PROFILES[name].image.kit_tag, ensure_base(name, out, made, env))
             rows.append(row)
             if not build(name, row, out, env, made):
                 continue
             roots = Path(tempfile.mkdtemp(prefix=f"roots-{name}-", dir=out))
             check_doctor(name, row, roots, out)
             check_probe(name, row, roots, out)
-            if PROFILES[name].platform.name == "cpu" and not args.skip_smoke:
+            if PROFILES[name].platform.name == "cpu" and (not args.skip_smoke or args.two_node):
                 check_smoke(name, row, roots, out)
+            if name == "cpu" and args.two_node:
+                rows.append(check_two_nodes(row, roots, out, env))
     finally:
         print("\n| image | base | build s | size | checks |\n|---|---|---|---|---|")
         print("\n".join(row.line() for row in rows))
         if made and not args.keep:
-            subprocess.run(["docker", "rmi", "-f", *reversed(made)], capture_output=True)
+            shared = [SHARED_STANDIN_ROOT] if image_present(SHARED_STANDIN_ROOT) else []
+            subprocess.run(["docker", "rmi", "-f", *reversed(made), *shared], capture_output=True)
             say(f"removed {', '.join(made)}")
     failed = [row.image for row in rows if any("FAILED" in verdict for verdict in row.checks.values())]
     return 1 if failed else 0

@@ -49,3 +49,20 @@ standin_import() {
 standin_python_version() {
   chroot "$1" /usr/local/bin/python3 -c 'import platform; print(platform.python_version())'
 }
+
+# standin_shared_root MIRROR: the Debian root both accelerator stand-ins build on (git for setup_verl.sh, as the
+# real bases have it), imported once and reused, so the a2 and a3 stand-ins share every layer; prints its tag.
+standin_shared_root() {
+  local mirror=$1 tag=retool-kit-standin/bookworm-python:3.11-git root
+  if ! docker image inspect "$tag" >/dev/null 2>&1; then
+    root=$(mktemp -d /var/tmp/kit-standin.XXXXXX)
+    standin_rootfs "$root" "$mirror" git >&2 || {
+      rm -rf "$root"
+      return 1
+    }
+    standin_cas "$root"
+    standin_import "$root" "$tag" "${STANDIN_CA_CHANGES[@]}"
+    rm -rf "$root"
+  fi
+  echo "$tag"
+}

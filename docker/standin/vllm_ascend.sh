@@ -41,15 +41,7 @@ case $tag in
   *) soc=ascend910b1 ;;
 esac
 
-# The Debian root is shared by both NPU stand-ins (a2, a3): made once, so the second build reuses every layer.
-root_tag=retool-kit-standin/bookworm-python:3.11-git
-if ! docker image inspect "$root_tag" >/dev/null 2>&1; then
-  root=$(mktemp -d /var/tmp/kit-standin.XXXXXX)
-  trap 'rm -rf "$root"' EXIT
-  standin_rootfs "$root" "$mirror" git
-  standin_cas "$root"
-  standin_import "$root" "$root_tag" "${STANDIN_CA_CHANGES[@]}"
-fi
+root_tag=$(standin_shared_root "$mirror")
 DOCKER_BUILDKIT=1 docker build --network host -f "$here/Dockerfile.vllm-ascend" -t "$tag" \
   --build-arg ROOT_IMAGE="$root_tag" --build-arg STANDIN_FOR="$tag" --build-arg SOC_VERSION="$soc" \
   --build-arg CANN_VERSION="$CANN_VERSION" --build-arg TORCH_VERSION="$NPU_TORCH_VERSION" \

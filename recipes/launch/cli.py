@@ -213,8 +213,13 @@ def _cluster_gate(plan: Plan, environ: Mapping[str, str]) -> Callable[[], str | 
     except ValueError:
         raise UsageError(f"{cluster.NODE_WAIT_ENV}={text!r} is not a number of seconds") from None
 
+    url = plan.cfg.ray_kwargs.ray_init.runtime_env.env_vars.get("RETOOL_SANDBOX_URL")
+
     def gate() -> str | None:
-        return cluster.wait_for_nodes(plan.hw, nnodes, address, wait_s, lambda line: print(line, file=sys.stderr))
+        def check() -> list[str]:
+            return cluster.whole_cluster_problems(plan.hw, nnodes, address, str(url) if url else None)
+
+        return cluster.wait_for_nodes(check, plan.hw, nnodes, wait_s, lambda line: print(line, file=sys.stderr))
 
     return gate
 

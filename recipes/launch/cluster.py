@@ -122,27 +122,38 @@ NODE_WAIT_ENV = "KIT_RESTART_NODE_WAIT_S"
 NODE_WAIT_DEFAULT_S = 600.0
 
 
+def whole_cluster_problems(hw: str, expected_nodes: int, address: str | None, sandbox_url: str | None) -> list[str]:
+    """The launcher's multi-node pre-flight again: every node live, and each reaches the sandbox. The sandbox probe
+    runs a task on every listed node, so it also catches a node that died but that Ray still lists as alive (its
+    health checks take seconds to notice)."""
+    problems = cluster_problems(hw, expected_nodes, address)
+    if not problems and sandbox_url:
+        problems = sandbox_reach_problems(sandbox_url, address)
+    return problems
+
+
 def wait_for_nodes(
+    check: Callable[[], list[str]],
     hw: str,
     expected_nodes: int,
-    address: str | None,
     wait_s: float,
     say: Callable[[str], None],
     poll_s: float = 10.0,
 ) -> str | None:
-    """None once the cluster has ``expected_nodes`` live nodes again, else (after ``wait_s``) why not, with the fix.
+    """None once ``check`` (:func:`whole_cluster_problems`) finds nothing, else (after ``wait_s``) why not, with
+    the fix.
 
     Why: a run whose worker node died (its container killed, the host rebooted) ends within seconds (the surviving
     ranks' collectives fail: "Connection closed by peer [node]"), but relaunching it onto a cluster with a node
     missing starts a trainer whose placement group can never be scheduled: verl waits forever without a word. The
     node's own restart (``ray_cluster.sh worker`` again) is the operator's; this waits for it, bounded."""
     deadline = time.monotonic() + wait_s
-    problems = cluster_problems(hw, expected_nodes, address)
+    problems = check()
     if problems:
         say(f"restart: waiting up to {wait_s:.0f} s for the Ray cluster ({'; '.join(problems)})")
     while problems and time.monotonic() < deadline:
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
-        problems = cluster_problems(hw, expected_nodes, address)
+        problems = check()
     if not problems:
         return None
     return (

@@ -393,7 +393,10 @@ def _check_this_machine(plan: Plan, environ: Mapping[str, str]) -> None:
         url = OmegaConf.select(cfg, f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL")
         if url and not ray_problems:
             # verl runs agent-loop workers on every node: each must reach the sandbox (issue 14, finding 1)
-            plan.errors += [f"sandbox: {p}" for p in cluster.sandbox_reach_problems(str(url), address)]
+            reach = cluster.sandbox_reach_problems(str(url), address)
+            plan.errors += [f"sandbox: {p}" for p in reach]
+        if not plan.errors:
+            plan.checked.append(f"Ray cluster: {nnodes} live nodes" + (", each reaches the sandbox" if url else ""))
     if plan.recipe.phase == "sft" and nnodes > 1:
         missing = [name for name in ("MASTER_ADDR", "NODE_RANK") if not environ.get(name, "").strip()]
         if missing:

@@ -34,6 +34,7 @@ def test_help_names_what_it_checks() -> None:
 def test_every_stand_in_is_for_a_pinned_base_and_has_help() -> None:
     harness = _harness()
     repo_keys = {p.image.base_repo_key for p in PROFILES.values() if p.image}
+    assert set(harness.STANDINS) == repo_keys  # every pinned base can be stood in for
     for key, script in harness.STANDINS.items():
         assert key in repo_keys and pins.get(key), key
         proc = subprocess.run(["bash", str(REPO_ROOT / script), "--help"], capture_output=True, text=True, timeout=30)
@@ -46,3 +47,62 @@ def test_the_table_row() -> None:
     row = _harness().Row("retool-npu-kit:cpu-x", "python:x (stand-in)", 308.4, 9.42, {"build": "ok", "doctor": "ok"})
     assert row.line() == "| retool-npu-kit:cpu-x | python:x (stand-in) | 308 | 9.42 GB | build ok, doctor ok |"
     assert _harness().Row("i", "b").line() == "| i | b | - | - | - |"
+
+
+def _two_node():
+    _harness()  # puts docker/ on sys.path the way the script runs
+    sys.path.insert(0, str(REPO_ROOT / "docker"))
+    import two_node
+
+    return two_node
+
+
+RAY_LOG = """\
+(WorkerDict pid=3913) something
+(WorkerDict pid=2524, ip=172.18.0.3) something
+(vLLMHttpServer pid=3977) up
+(vLLMHttpServer pid=2609, ip=172.18.0.3) up
+(TaskRunner pid=3827) step:1 - x
+"""
+
+
+def test_two_node_placement_reads_rays_prefixes() -> None:
+    """Measured: the driver's own node's lines carry no ip, a remote node's do (scripts/test_images.sh --two-node)."""
+    two_node = _two_node()
+    assert two_node.placement(RAY_LOG, "172.18.0.3") == {
+        "WorkerDict": {"head", "worker"},
+        "vLLMHttpServer": {"head", "worker"},
+    }
+    one_side = two_node.placement(RAY_LOG.replace(", ip=172.18.0.3", ""), "172.18.0.3")
+    assert one_side["WorkerDict"] == {"head"}
+
+
+def test_two_node_verdicts() -> None:
+    two_node = _two_node()
+    good = {
+        "cluster_ready": True,
+        "preflight": True,
+        "placement": {"WorkerDict": ["head", "worker"], "vLLMHttpServer": ["head", "worker"]},
+        "failed_in_s": 4.2,
+        "rc": 0,
+        "last_step": two_node.STEPS,
+        "seconds": 500.0,
+        "lines": ["restart 1/1: trainer exited with status 1 after step 2; resuming from global_step_2 (lost 0 ...)"],
+    }
+    verdicts = two_node.verdicts(good)
+    assert all(v.startswith("ok") for v in verdicts.values()), verdicts
+    assert set(verdicts) == {"cluster", "preflight", "ranks on both", "kill", "resume"}
+    for key, bad in (("placement", {"WorkerDict": ["worker"]}), ("failed_in_s", None), ("lines", []), ("rc", 1)):
+        assert any("FAILED" in v for v in two_node.verdicts({**good, key: bad}).values()), key
+    assert two_node.verdicts({"cluster_ready": False, "status": ["1 live node(s)"]})["cluster"].startswith("FAILED")
+
+
+def test_two_node_run_is_the_launchers_multi_node_rl(tmp_path) -> None:
+    two_node = _two_node()
+    cluster = two_node.Cluster("retool-npu-kit:cpu-x", tmp_path, tmp_path)
+    (tmp_path / "run").mkdir()
+    script = two_node.rl_script(cluster, tmp_path / "smoke", tmp_path / "run", "172.18.0.2").read_text()
+    assert "export RAY_ADDRESS=172.18.0.2:6379" in script and "RETOOL_SANDBOX_URL=http://127.0.0.1:8080" in script
+    assert "--max-restarts 1" in script and "trainer.nnodes=2" in script and "trainer.n_gpus_per_node=1" in script
+    assert "/opt/retool-kit/recipes/run_qwen3_4b_dapo_npu.sh --hw cpu" in script
+    assert [slots for _, slots in two_node.NODES] == [3, 2]  # 5 = the run's Ray CPUs: no node holds both ranks

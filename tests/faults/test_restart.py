@@ -168,12 +168,19 @@ def test_the_cluster_wait_is_bounded_and_ends_when_the_node_is_back(monkeypatch:
 
     answers = [["1 live node(s) joined, expected 2"]] * 2 + [[]]
     monkeypatch.setattr(cluster, "cluster_problems", lambda hw, n, address: answers.pop(0) if answers else [])
+    reached: list[str] = []
+    monkeypatch.setattr(cluster, "sandbox_reach_problems", lambda url, address: reached.append(url) or [])
     said: list[str] = []
-    assert cluster.wait_for_nodes("cpu", 2, "10.0.0.1:6379", 30, said.append, poll_s=0.01) is None
+
+    def check() -> list[str]:
+        return cluster.whole_cluster_problems("cpu", 2, "10.0.0.1:6379", "http://127.0.0.1:8080/run_code")
+
+    assert cluster.wait_for_nodes(check, "cpu", 2, 30, said.append, poll_s=0.01) is None
+    assert reached == ["http://127.0.0.1:8080/run_code"]  # asked once the nodes were back
     assert said == ["restart: waiting up to 30 s for the Ray cluster (1 live node(s) joined, expected 2)"]
     monkeypatch.setattr(cluster, "cluster_problems", lambda hw, n, address: ["1 live node(s) joined, expected 2"])
     t0 = time.monotonic()
-    why = cluster.wait_for_nodes("cpu", 2, None, 0.3, said.append, poll_s=0.05)
+    why = cluster.wait_for_nodes(check, "cpu", 2, 0.3, said.append, poll_s=0.05)
     assert time.monotonic() - t0 < 5
     assert why is not None and "not whole after 0 s: 1 live node(s) joined, expected 2" in why
     assert "ray_cluster.sh worker --hw cpu" in why and "re-run the same command" in why

@@ -294,6 +294,13 @@ def test_the_launch_asks_every_node_before_training(monkeypatch: pytest.MonkeyPa
         RECIPES["qwen3_4b_dapo"], "cpu", ["trainer.nnodes=2"], path_check=False, for_launch=True, environ={}
     )
     assert seen == [] and "Ray: 1 live node(s) joined, expected 2" in built.errors  # no cluster, nothing to ask
+    assert not any(item.startswith("Ray cluster:") for item in built.checked)
+    monkeypatch.setattr(cluster, "cluster_problems", lambda hw, nodes, address: [])
+    monkeypatch.setattr(cluster, "sandbox_reach_problems", lambda url, address: [])
+    built = plan.build(
+        RECIPES["qwen3_4b_dapo"], "cpu", ["trainer.nnodes=2"], path_check=False, for_launch=True, environ={}
+    )
+    assert "Ray cluster: 2 live nodes, each reaches the sandbox" in built.checked, (built.errors, built.checked)
 
 
 def test_a_run_that_joins_a_cluster_does_not_pass_num_cpus() -> None:
