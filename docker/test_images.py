@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,10 @@ STANDINS = {
 }
 #: The Debian root the accelerator stand-ins share (docker/standin/lib.sh standin_shared_root).
 SHARED_STANDIN_ROOT = "retool-kit-standin/bookworm-python:3.11-git"
+#: Doctor FAIL lines a stand-in causes by what it documents as different, by pinned base: the NPU stand-in sets
+#: TORCH_DEVICE_BACKEND_AUTOLOAD=0 (torch_npu cannot load without CANN's libraries), which the doctor rightly
+#: refuses on an NPU host. Any other FAIL fails the check.
+STANDIN_DOCTOR_FAILS = {"VLLM_ASCEND_IMAGE": ("env.bad.TORCH_DEVICE_BACKEND_AUTOLOAD",)}
 #: What the doctor checks inside every image; ``platform`` too where this host has the image's devices.
 DOCTOR_GROUPS = "image,versions,patches,env,sandbox"
 DOCKERD_ARGS = ("--iptables=false", "--bridge=none")
@@ -195,7 +200,10 @@ def run_in_image(profile_name: str, ckpt_root: Path, command: list[str], log: Pa
     env.update(
         CKPT_ROOT=str(ckpt_root / "ckpt"), MODELS_DIR=str(ckpt_root / "models"), DATA_DIR=str(ckpt_root / "data")
     )
-    cmd = ["bash", str(KIT_ROOT / platform.run_script), "--hw", profile_name, "--docker-arg=--network=host"]
+    cmd = ["bash", str(KIT_ROOT / platform.run_script), "--hw", profile_name]
+    assert platform.device_access is not None
+    if not any(arg.startswith("--network") for arg in platform.device_access.run_args):
+        cmd.append("--docker-arg=--network=host")  # docker refuses a second --network (run_npu/run_cuda have one)
     if not has_devices(profile_name):
         cmd.append("--no-devices")  # the run script prints its note
     return run([*cmd, "--", *command], log, timeout=timeout, env=env)
@@ -220,8 +228,15 @@ def check_doctor(profile_name: str, row: Row, roots: Path, out: Path) -> None:
     )
     standin = "stand-in" in row.base
     said = "STAND-IN base" in text
-    verdict = "ok" if rc == 0 and said == standin else f"FAILED (exit {rc}, stand-in said: {said})"
-    row.checks["doctor"] = verdict + (" (says stand-in)" if said else "")
+    fails = set(re.findall(r"^FAIL\s+(\S+)", text, re.MULTILINE))
+    caused = fails & set(STANDIN_DOCTOR_FAILS.get(PROFILES[profile_name].image.base_repo_key, ())) if standin else set()
+    clean = rc == 0 or (fails and fails == caused)
+    verdict = "ok" if clean and said == standin else f"FAILED (exit {rc}, stand-in said: {said}, FAIL: {sorted(fails)})"
+    row.checks["doctor"] = (
+        verdict
+        + (" (says stand-in)" if said else "")
+        + (f" (FAIL the stand-in causes: {', '.join(sorted(caused))})" if caused else "")
+    )
 
 
 def check_probe(profile_name: str, row: Row, roots: Path, out: Path) -> None:

@@ -74,7 +74,12 @@ def start_node(c: Cluster, node: str, slots: int, head_ip: str | None, env: dict
     cmd = ["bash", str(KIT_ROOT / "docker/run_cpu.sh"), "--hw", "cpu", "--name", c.name(node)]
     cmd += ["--workspace", str(workspace), f"--docker-arg=--network={c.network}", f"--docker-arg=--hostname={node}"]
     cmd += ["--docker-arg=-d", "--", "bash", "-c", script]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    # the recipes' roots mounted from the harness's folder, as test_images.run_in_image does (the run script, the
+    # model and data and the checkpoints are under them, and both nodes see them at the same path)
+    roots = {"CKPT_ROOT": c.roots / "ckpt", "MODELS_DIR": c.roots / "models", "DATA_DIR": c.roots / "data"}
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=120, env={**env, **{k: str(v) for k, v in roots.items()}}
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{node} did not start: {proc.stderr.strip()[-400:]}")
     wanted = "head up" if head_ip is None else "Ray runtime started"

@@ -24,8 +24,8 @@ tag=$1
 mirror=${2:-http://deb.debian.org/debian}
 root=$(mktemp -d /var/tmp/kit-standin.XXXXXX)
 trap 'rm -rf "$root"' EXIT
-# shellcheck source=lib.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=lib/standin.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/standin.sh"
 
 standin_rootfs "$root" "$mirror" ""
 version=$(standin_python_version "$root")

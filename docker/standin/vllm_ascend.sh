@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A STAND-IN for the NPU images' base (pins.env VLLM_ASCEND_IMAGE:VLLM_ASCEND_TAG_A2|_A3,
 # quay.io/ascend/vllm-ascend:v0.11.0[-a3]), built from local material on a machine that cannot reach quay.io and has
-# no NPU: a Debian bookworm root with Python 3.11 (lib.sh), CANN and ATB replaced by STUB trees that only provide the
+# no NPU: a Debian bookworm root with Python 3.11 (lib/standin.sh), CANN and ATB replaced by STUB trees that only provide the
 # paths and set_env.sh scripts the kit sources (cann_stub.sh), then the real base's Python packages from PyPI
 # (Dockerfile.vllm-ascend). Only scripts/test_images.sh calls it; the image carries the label
 # retool-kit.stand-in and /etc/retool-kit-standin.json, and retool-doctor says STAND-IN inside any image built on it.
@@ -10,15 +10,16 @@
 # Facts of the real base it reproduces, and where each comes from:
 #   CANN at /usr/local/Ascend/ascend-toolkit (set_env.sh, latest/) and ATB at /usr/local/Ascend/nnal/atb (set_env.sh):
 #     vllm-ascend's Dockerfile sources both before installing vllm-ascend; docs/source/faqs.md Q6 (libatb.so).
-#   CANN 8.3.RC2 (pins.env CANN_VERSION) as the toolkit's install.info records it; SOC_VERSION ascend910b1 (A2) or
+#   CANN at pins.env CANN_VERSION as the toolkit's install.info records it; SOC_VERSION ascend910b1 (A2) or
 #     ascend910_9391 (A3): vllm-ascend Dockerfile / Dockerfile.a3 (ARG SOC_VERSION).
-#   Python 3.11 with pip (the base is quay.io/ascend/cann:8.3.rc2-910b|a3-ubuntu22.04-py3.11); torch 2.7.1,
-#     torch-npu 2.7.1, vLLM 0.11.0 installed with VLLM_TARGET_DEVICE=empty (no compiled vLLM kernels), vllm-ascend
-#     0.11.0, ray>=2.47.1,<=2.48.0 and protobuf>3.20.0: vllm-ascend v0.11.0 Dockerfile and requirements.txt
+#   Python 3.11 with pip (the base is quay.io/ascend/cann:<CANN>-910b|a3-ubuntu22.04-py3.11); torch, torch-npu,
+#     vLLM installed with VLLM_TARGET_DEVICE=empty (no compiled vLLM kernels) and vllm-ascend at their pins, ray
+#     within the range the real Dockerfile installs, protobuf: vllm-ascend v0.11.0 Dockerfile and requirements.txt
 #     (pins.env VLLM_ASCEND_VERSION, VLLM_VERSION, NPU_TORCH_VERSION, TORCH_NPU_VERSION); git (its apt line).
 # What differs: Debian 12 instead of Ubuntu 22.04 (only Debian's mirror is reachable here); Debian's Python 3.11.2;
-#   torch 2.7.1 is PyPI's x86_64 build (CUDA libraries) where the real image has PyTorch's CPU build; vLLM from its
-#   PyPI sdist instead of a git clone in /vllm-workspace; vllm-ascend from its PyPI wheel, not an editable build
+#   torch is PyPI's x86_64 build (CUDA libraries; its METADATA's triton requirement removed, as the CPU build
+#   has none) where the real image has PyTorch's CPU build; vLLM from its PyPI sdist
+#   instead of a git clone in /vllm-workspace; vllm-ascend from its PyPI wheel, not an editable build
 #   against CANN; no CANN libraries at all (the stub trees), so `import torch_npu` fails and the image sets
 #   TORCH_DEVICE_BACKEND_AUTOLOAD=0 (else every `import torch` fails); no compilers, no triton.
 #
@@ -26,14 +27,14 @@
 set -euo pipefail
 
 if [[ ${1:-} == -h || ${1:-} == --help || $# -lt 1 ]]; then
-  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
   [[ $# -ge 1 ]] && exit 0 || exit 2
 fi
 tag=$1
 mirror=${2:-http://deb.debian.org/debian}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=lib.sh
-source "$here/lib.sh"
+# shellcheck source=lib/standin.sh
+source "$here/lib/standin.sh"
 # shellcheck source=../../pins.env
 source "$here/../../pins.env"
 case $tag in

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A STAND-IN for the CUDA images' base (pins.env VLLM_CUDA_IMAGE:VLLM_CUDA_TAG, vllm/vllm-openai:v0.11.0), built from
 # local material on a machine that cannot reach Docker Hub and has no GPU: the shared Debian bookworm root with
-# Python 3.11 (lib.sh, the NPU stand-in's too), then vLLM's PyPI wheel at the pin with its dependencies
+# Python 3.11 (lib/standin.sh, the NPU stand-in's too), then vLLM's PyPI wheel at the pin with its dependencies
 # (Dockerfile.vllm-openai). Only scripts/test_images.sh calls it; the image carries the label retool-kit.stand-in and
 # /etc/retool-kit-standin.json, and retool-doctor says STAND-IN inside any image built on it. Never push or ship it.
 #
@@ -23,8 +23,8 @@ fi
 tag=$1
 mirror=${2:-http://deb.debian.org/debian}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-# shellcheck source=lib.sh
-source "$here/lib.sh"
+# shellcheck source=lib/standin.sh
+source "$here/lib/standin.sh"
 # shellcheck source=../../pins.env
 source "$here/../../pins.env"
 root_tag=$(standin_shared_root "$mirror")

@@ -106,3 +106,22 @@ def test_two_node_run_is_the_launchers_multi_node_rl(tmp_path) -> None:
     assert "--max-restarts 1" in script and "trainer.nnodes=2" in script and "trainer.n_gpus_per_node=1" in script
     assert "/opt/retool-kit/recipes/run_qwen3_4b_dapo_npu.sh --hw cpu" in script
     assert [slots for _, slots in two_node.NODES] == [3, 2]  # 5 = the run's Ray CPUs: no node holds both ranks
+
+
+def test_the_doctor_check_accepts_only_the_fails_a_stand_in_causes(monkeypatch, tmp_path) -> None:
+    """The NPU stand-in sets TORCH_DEVICE_BACKEND_AUTOLOAD=0 (no CANN to load torch_npu with), which the doctor
+    refuses on an NPU host: that FAIL is the stand-in's, any other FAIL is the image's."""
+    harness = _harness()
+    said = "WARN    image.base   STAND-IN base: not quay.io/...\n"
+    autoload = "FAIL    env.bad.TORCH_DEVICE_BACKEND_AUTOLOAD  TORCH_DEVICE_BACKEND_AUTOLOAD=0 on an NPU host\n"
+    for text, rc, base, good in (
+        (said + autoload, 1, "q (stand-in)", True),
+        (said + autoload + "FAIL    versions.torch  2.7.0\n", 1, "q (stand-in)", False),
+        (autoload, 1, "q (real)", False),  # on a real base nothing is excused
+        ("all OK\n", 0, "q (real)", True),
+        ("all OK\n", 0, "q (stand-in)", False),  # a stand-in the doctor did not tell
+    ):
+        monkeypatch.setattr(harness, "run_in_image", lambda *a, text=text, rc=rc: (rc, text))
+        row = harness.Row("img", base)
+        harness.check_doctor("a2", row, tmp_path, tmp_path)
+        assert row.checks["doctor"].startswith("ok") is good, (text, row.checks)
