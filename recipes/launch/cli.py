@@ -27,6 +27,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from omegaconf import OmegaConf
+
 from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point, whole_number_arg
 from npu_kernels.platform import PROFILE_ENV, PROFILE_NAMES, PROFILES, REFERENCE_PROFILE, applied, default_hardware
 from npu_kernels.platform.cli import add_profile_option, profiles_help
@@ -213,7 +215,7 @@ def _cluster_gate(plan: Plan, environ: Mapping[str, str]) -> Callable[[], str | 
     except ValueError:
         raise UsageError(f"{cluster.NODE_WAIT_ENV}={text!r} is not a number of seconds") from None
 
-    url = plan.cfg.ray_kwargs.ray_init.runtime_env.env_vars.get("RETOOL_SANDBOX_URL")
+    url = OmegaConf.select(plan.cfg, f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL")
 
     def gate() -> str | None:
         def check() -> list[str]:

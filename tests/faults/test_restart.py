@@ -184,3 +184,29 @@ def test_the_cluster_wait_is_bounded_and_ends_when_the_node_is_back(monkeypatch:
     assert time.monotonic() - t0 < 5
     assert why is not None and "not whole after 0 s: 1 live node(s) joined, expected 2" in why
     assert "ray_cluster.sh worker --hw cpu" in why and "re-run the same command" in why
+
+
+def test_the_launchers_gate_asks_the_whole_cluster_with_the_runs_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run ... --max-restarts` on a multi-node RL plan: the gate asks for its nodes and its sandbox URL, waits as long
+    as KIT_RESTART_NODE_WAIT_S says (a bad value is one line), and says why it gives up."""
+    from npu_kernels.cli_errors import UsageError
+    from recipes.launch import cli, cluster, plan
+    from recipes.launch.catalog import RECIPES
+
+    url = "http://127.0.0.1:8080/run_code"
+    built = plan.build(
+        RECIPES["qwen3_4b_dapo"], "cpu", ["trainer.nnodes=2"], path_check=False, environ={"RETOOL_SANDBOX_URL": url}
+    )
+    asked: list[tuple] = []
+
+    def whole(hw: str, nodes: int, address: str | None, sandbox: str | None) -> list[str]:
+        asked.append((hw, nodes, address, sandbox))
+        return ["1 live node(s) joined, expected 2"]
+
+    monkeypatch.setattr(cluster, "whole_cluster_problems", whole)
+    gate = cli._cluster_gate(built, {"RAY_ADDRESS": "10.0.0.1:6379", cluster.NODE_WAIT_ENV: "0"})
+    why = gate()
+    assert asked and asked[0] == ("cpu", 2, "10.0.0.1:6379", url)
+    assert why is not None and "not whole after 0 s: 1 live node(s) joined, expected 2" in why
+    with pytest.raises(UsageError, match="KIT_RESTART_NODE_WAIT_S='soon' is not a number"):
+        cli._cluster_gate(built, {cluster.NODE_WAIT_ENV: "soon"})
