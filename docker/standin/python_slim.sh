@@ -16,16 +16,14 @@
 # Usage: docker/standin/python_slim.sh TAG [MIRROR]   (root; needs debootstrap and a running docker daemon)
 set -euo pipefail
 
-if [[ ${1:-} == -h || ${1:-} == --help || $# -lt 1 ]]; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
-  [[ $# -ge 1 ]] && exit 0 || exit 2
-fi
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=lib/standin.sh
+source "$here/lib/standin.sh"
+standin_usage "$0" "$@"
 tag=$1
-mirror=${2:-http://deb.debian.org/debian}
+mirror=${2:-$STANDIN_DEFAULT_MIRROR}
 root=$(mktemp -d /var/tmp/kit-standin.XXXXXX)
 trap 'rm -rf "$root"' EXIT
-# shellcheck source=lib/standin.sh
-source "$(dirname "${BASH_SOURCE[0]}")/lib/standin.sh"
 
 standin_rootfs "$root" "$mirror" ""
 version=$(standin_python_version "$root")

@@ -26,15 +26,12 @@
 # Usage: docker/standin/vllm_ascend.sh TAG [MIRROR]   (root; debootstrap, a docker daemon, a BuildKit client)
 set -euo pipefail
 
-if [[ ${1:-} == -h || ${1:-} == --help || $# -lt 1 ]]; then
-  sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
-  [[ $# -ge 1 ]] && exit 0 || exit 2
-fi
-tag=$1
-mirror=${2:-http://deb.debian.org/debian}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib/standin.sh
 source "$here/lib/standin.sh"
+standin_usage "$0" "$@"
+tag=$1
+mirror=${2:-$STANDIN_DEFAULT_MIRROR}
 # shellcheck source=../../pins.env
 source "$here/../../pins.env"
 case $tag in

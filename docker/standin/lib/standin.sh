@@ -66,3 +66,18 @@ standin_shared_root() {
   fi
   echo "$tag"
 }
+
+# Debian's mirror, unless a stand-in script is given another as its second argument.
+# shellcheck disable=SC2034  # read by the sourcing scripts
+STANDIN_DEFAULT_MIRROR=http://deb.debian.org/debian
+
+# standin_usage SCRIPT ARGS...: a stand-in script's --help (its header comment) and exit 0; with no TAG, the same and
+# exit 2; otherwise nothing.
+standin_usage() {
+  local script=$1
+  shift
+  if [[ ${1:-} == -h || ${1:-} == --help || $# -lt 1 ]]; then
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$script"
+    [[ $# -ge 1 ]] && exit 0 || exit 2
+  fi
+}
