@@ -155,6 +155,10 @@ ROWS = {
     "dapo KIT_HW=bogus": Row(DAPO[:2] + DAPO[4:], "KIT_HW: unknown hardware profile 'bogus'", env={"KIT_HW": "bogus"}),
     # issue 21's own additions: every option of every command that takes a value with a range or a kind
     "dapo --max-restarts -1": Row([*DAPO, "--max-restarts", "-1"], "--max-restarts: -1 is out of range"),
+    # issue 33, finding 4: restarts promised to resume from checkpoints a run with save_freq=-1 never writes
+    "dapo --max-restarts with save_freq=-1": Row(
+        [*DAPO, "--max-restarts", "3", "trainer.save_freq=-1"], "every restart would begin again at step 0"
+    ),
     "dapo profile= override": Row([*DAPO, "profile=a2"], "not a profile= override"),
     "sandbox serve --keep-alive --port 0": Row(
         [f"{BIN}/retool-sandbox", "serve", "--keep-alive", "--port", "0"], "--keep-alive with --port 0"

@@ -236,6 +236,14 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     if plan.errors:
         return EXIT_FAILED
     ckpt_dir = Path(str(plan.cfg.trainer.default_local_dir))
+    save_freq = int(plan.cfg.trainer.save_freq)
+    if args.max_restarts and save_freq <= 0:
+        # issue 33, finding 4: the plan said "each resuming from the newest checkpoint" beside "saving: never"
+        raise UsageError(
+            f"--max-restarts {args.max_restarts} with trainer.save_freq={save_freq}: the run saves no checkpoint, so "
+            "every restart would begin again at step 0; set trainer.save_freq=N (steps between checkpoints) or drop "
+            "--max-restarts"
+        )
     if args.max_restarts:
         print(f"restarts: up to {args.max_restarts}, each resuming from the newest checkpoint in {ckpt_dir}", file=log)
     if args.dry_run:
