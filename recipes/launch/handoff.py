@@ -141,9 +141,18 @@ def target_holds_this_merge(handoff: Handoff, force: bool) -> bool:
     previous = existing_merge(handoff.target)
     if previous and previous.get("step_dir") == str(handoff.step_dir) and not force:
         return True
-    if handoff.target.exists() and not force:
-        what = f"a merge of {previous.get('step_dir')}" if previous else "something else"
-        raise HandoffError(f"{handoff.target} already holds {what}; pass --force to replace it, or --target DIR")
+    occupied = handoff.target.exists() and (not handoff.target.is_dir() or any(handoff.target.iterdir()))
+    if occupied and not previous:
+        # issue 33, finding 2: --force used to replace any folder, the user's own weights among them
+        raise HandoffError(
+            f"{handoff.target} holds files no earlier merge wrote (no {MARKER}); --force replaces only a merge this "
+            "script made: choose another --target DIR, or move that folder away yourself"
+        )
+    if previous and not force:
+        raise HandoffError(
+            f"{handoff.target} already holds a merge of {previous.get('step_dir')}; pass --force to replace it, or "
+            "--target DIR"
+        )
     return False
 
 
@@ -161,7 +170,7 @@ def merge(handoff: Handoff, force: bool) -> str:
     marker = {"step_dir": str(handoff.step_dir), "step": handoff.step, "merged_s": round(time.monotonic() - start, 1)}
     (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     if handoff.target.exists():
-        shutil.rmtree(handoff.target)
+        shutil.rmtree(handoff.target)  # an earlier merge (its marker checked above) or an empty folder
     os.replace(tmp, handoff.target)
     return "merged"
 

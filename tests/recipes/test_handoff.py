@@ -73,9 +73,11 @@ def test_dry_run_refuses_a_target_the_merge_would_refuse(launch_env: dict[str, s
     args = ["--recipe", "qwen3_4b", "--hw", "a2", "--target", str(target), "--dry-run"]
     proc = run_script(args, launch_env, timeout=60)
     assert proc.returncode == EXIT_FAILED, proc.stdout + proc.stderr
-    assert f"{target} already holds something else; pass --force" in proc.stderr, proc.stderr
-    assert run_script([*args, "--force"], launch_env, timeout=60).returncode == 0
-    assert (target / "notes.txt").read_text() == "the user's"  # a dry run, even forced, touches nothing
+    assert f"{target} holds files no earlier merge wrote (no kit_merge.json)" in proc.stderr, proc.stderr
+    # issue 33, finding 2: --force replaced any folder, the user's own weights among them; it may replace a merge only
+    forced = run_script([*args[:-1], "--force"], launch_env, timeout=60)
+    assert forced.returncode == EXIT_FAILED and "--force replaces only a merge this script made" in forced.stderr
+    assert (target / "notes.txt").read_text() == "the user's"
 
 
 @pytest.mark.parametrize(
