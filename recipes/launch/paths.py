@@ -62,10 +62,19 @@ def _run_scripts() -> str:
     return " or ".join([", ".join(scripts[:-1]), scripts[-1]]) if len(scripts) > 1 else "".join(scripts)
 
 
-def check_ckpt_dir(path: str, source: Input | None) -> list[Problem]:
+#: The folders a run writes what must outlive it: checkpoints, and the validation and rollout dumps (issue 33,
+#: finding 3: the README's eval step dumped to $HOME/eval, which docker/run_npu.sh does not mount).
+OUTPUT_DIRS = {
+    "trainer.default_local_dir": "checkpoint dir",
+    "trainer.validation_data_dir": "validation dump dir",
+    "trainer.rollout_data_dir": "rollout dump dir",
+}
+
+
+def check_ckpt_dir(path: str, source: Input | None, what: str = "checkpoint dir") -> list[Problem]:
     """The trainer creates the folder; its nearest existing parent must be writable, and it must not lie on a
-    container's own root filesystem, where checkpoints vanish with the container (recipes/launch/mounts.py), unless
-    KIT_ALLOW_EPHEMERAL_CKPT=1 says that is meant."""
+    container's own root filesystem, where what it holds vanishes with the container (recipes/launch/mounts.py),
+    unless KIT_ALLOW_EPHEMERAL_CKPT=1 says that is meant. ``what``: which of :data:`OUTPUT_DIRS`."""
     from recipes.launch import mounts
 
     where = Path(path)
@@ -73,20 +82,19 @@ def check_ckpt_dir(path: str, source: Input | None) -> list[Problem]:
     while not parent.exists() and parent != parent.parent:
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK):
-        return [Problem(f"checkpoint dir {_named(path, source)}: {parent} is not a writable folder")]
+        return [Problem(f"{what} {_named(path, source)}: {parent} is not a writable folder")]
     root = mounts.container_root_of(path)
     if root is None:
         return []
-    where_it_is = f"checkpoint dir {_named(path, source)} is on this container's own filesystem ({root.fstype} /)"
+    where_it_is = f"{what} {_named(path, source)} is on this container's own filesystem ({root.fstype} /)"
     if os.environ.get(mounts.EPHEMERAL_CKPT_ENV, "").strip() == "1":
-        return [
-            Problem(f"{where_it_is}: its checkpoints go when the container goes ({mounts.EPHEMERAL_CKPT_ENV}=1)", False)
-        ]
+        return [Problem(f"{where_it_is}: its files go when the container goes ({mounts.EPHEMERAL_CKPT_ENV}=1)", False)]
+    fix = "point CKPT_DIR/CKPT_ROOT" if what == "checkpoint dir" else "point it (under CKPT_ROOT, for one)"
     return [
         Problem(
-            f"{where_it_is}: its checkpoints vanish when the container is removed\n  -> start the container with "
+            f"{where_it_is}: its files vanish when the container is removed\n  -> start the container with "
             f"{_run_scripts()} (they mount CKPT_ROOT, MODELS_DIR and DATA_DIR at the same path), or "
-            f"point CKPT_DIR/CKPT_ROOT at a mounted host folder; {mounts.EPHEMERAL_CKPT_ENV}=1 allows it anyway"
+            f"{fix} at a mounted host folder; {mounts.EPHEMERAL_CKPT_ENV}=1 allows it anyway"
         )
     ]
 

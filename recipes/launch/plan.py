@@ -347,7 +347,9 @@ def _check_paths(plan: Plan) -> None:
     for key in ("data.train_files", "data.val_files"):
         for item in _as_list(OmegaConf.select(cfg, key)):
             problems += paths.check_data(item, _source_of(plan, key), phase)
-    problems += paths.check_ckpt_dir(str(cfg.trainer.default_local_dir), _source_of(plan, "trainer.default_local_dir"))
+    for key, what in paths.OUTPUT_DIRS.items():  # the checkpoints, and the dumps a run writes beside them
+        if OmegaConf.select(cfg, key):
+            problems += paths.check_ckpt_dir(str(OmegaConf.select(cfg, key)), _source_of(plan, key), what)
     if phase == "rl":
         url_key = f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL"
         url = OmegaConf.select(cfg, url_key)

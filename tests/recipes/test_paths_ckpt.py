@@ -155,3 +155,30 @@ def test_the_launcher_refuses_it(
     assert len(found) == 1 and "(default of CKPT_DIR)" in found[0], found
     mountinfo(HOST)
     assert not any("own filesystem" in e for e in errors())
+
+
+def test_the_launcher_refuses_dump_dirs_that_vanish_with_the_container(
+    tmp_path: Path, make_model: Callable, make_parquet: Callable, mountinfo: Callable[[str], None]
+) -> None:
+    """Issue 33, finding 3: the README's eval step dumped validation generations to $HOME/eval, which the run scripts
+    do not mount; the launcher now checks the validation and rollout dump folders as it checks the checkpoints."""
+    ckpt = tmp_path / "mounted" / "ckpt"
+    environ = {
+        "HOME": str(tmp_path),
+        "MODEL_PATH": str(make_model(tmp_path / "model")),
+        "TRAIN_FILE": str(make_parquet(tmp_path / "data.parquet", 64)),
+        "VAL_FILE": str(make_parquet(tmp_path / "val.parquet", 8)),
+        "CKPT_DIR": str(ckpt),
+    }
+    dumps = [
+        f"trainer.validation_data_dir={tmp_path / 'eval' / 'qwen3_4b'}",
+        f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
+    ]
+    mountinfo(PODMAN + f"50 1 8:1 / {tmp_path / 'mounted'} rw - xfs /dev/sdb1 rw\n")  # only the checkpoints mounted
+    errors = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", dumps, path_check=True, environ=environ).errors
+    found = [e for e in errors if "own filesystem" in e]
+    assert any(e.startswith("validation dump dir") and "eval/qwen3_4b" in e for e in found), errors
+    assert any(e.startswith("rollout dump dir") for e in found) and not any("checkpoint dir" in e for e in found)
+    mountinfo(HOST)
+    errors = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", dumps, path_check=True, environ=environ).errors
+    assert not any("own filesystem" in e for e in errors), errors
