@@ -42,7 +42,7 @@ Say = Callable[[str], None]
 class Cluster:
     """The two containers and their network, named for this run."""
 
-    tag: str
+    tag: str  # the CPU image the harness just built: both nodes run it
     out: Path
     roots: Path
     prefix: str = "kit-two-node"
@@ -71,7 +71,7 @@ def start_node(c: Cluster, node: str, slots: int, head_ip: str | None, env: dict
     script = f"{shlex.join(start)} && exec sleep infinity"
     workspace = c.out / "workspace"  # not the kit checkout: the image's own kit runs
     workspace.mkdir(exist_ok=True)
-    cmd = ["bash", str(KIT_ROOT / "docker/run_cpu.sh"), "--hw", "cpu", "--name", c.name(node)]
+    cmd = ["bash", str(KIT_ROOT / "docker/run_cpu.sh"), "--hw", "cpu", "--image", c.tag, "--name", c.name(node)]
     cmd += ["--workspace", str(workspace), f"--docker-arg=--network={c.network}", f"--docker-arg=--hostname={node}"]
     cmd += ["--docker-arg=-d", "--", "bash", "-c", script]
     # the recipes' roots mounted from the harness's folder, as test_images.run_in_image does (the run script, the
