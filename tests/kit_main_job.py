@@ -121,3 +121,16 @@ def check_artifacts(run: dict, eval_sources: set[str]) -> None:
     for log in ("sft.log", "rl.log"):  # the trainers ran the cpu profile at the smoke scale, explicitly
         assert "--hw cpu --scale smoke" in (out / "logs" / log).read_text().splitlines()[0]
     assert os.path.getsize(out / "logs" / "rl.log") > 0
+    check_run_logs(out)
+
+
+def check_run_logs(out: Path) -> None:
+    """Each trainer's output is also in ``<CKPT_DIR>/run.log`` (recipes/launch/runlog.py), which the launch names
+    first: a log that outlives the terminal, beside the checkpoints on the mount."""
+    for stage, ckpt in (("sft", out / "sft" / "ckpt"), ("rl", out / "rl" / "ckpt")):
+        run_log = ckpt / "run.log"
+        stage_log = (out / "logs" / f"{stage}.log").read_text()
+        assert f"run log: {run_log} " in stage_log, stage_log[:3000]
+        text = run_log.read_text()
+        assert "===== " in text and "run_recipe: run " in text, text[:3000]
+        assert re.search(r"(?<![\w/])step:1(\s+-|\s*$)", text, re.M), text[-3000:]  # the trainer's own lines

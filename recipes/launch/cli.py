@@ -9,8 +9,9 @@
 
 ``run`` is what ``recipes/run_<recipe>_npu.sh`` execs: it picks the profile (``--hw``, else
 :func:`npu_kernels.platform.default_hardware`), applies the profile's environment for the recipe's phase, plans,
-and either prints the dry run or replaces itself with the exact verl command it approved (with ``--max-restarts
-N``: runs it under :mod:`recipes.launch.restart`, which relaunches it resuming when it dies). ``plan`` plans the same
+and either prints the dry run or runs the exact verl command it approved as a child, its output teed into the run's
+log file (:mod:`recipes.launch.runlog`), under :mod:`recipes.launch.restart` (with ``--max-restarts N`` it relaunches
+the command, resuming, when it dies). ``plan`` plans the same
 way (:func:`_plan`, the profile's environment included): ``plan --dry-run`` prints what ``run --dry-run`` prints, the
 table, problems and the command, and exits 0 only when nothing is wrong; ``plan --argv`` prints the command one
 argument per line (the same checks plus this machine's: platform, device count; the table on stderr). ``demand``
@@ -32,7 +33,7 @@ from omegaconf import OmegaConf
 from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point, whole_number_arg
 from npu_kernels.platform import PROFILE_ENV, PROFILE_NAMES, PROFILES, REFERENCE_PROFILE, applied, default_hardware
 from npu_kernels.platform.cli import add_profile_option, profiles_help
-from recipes.launch import catalog, cluster, inputs, ray_cpus, restart
+from recipes.launch import catalog, cluster, inputs, ray_cpus, restart, runlog
 from recipes.launch.capacity import recipe_demand
 from recipes.launch.plan import Plan, build
 from recipes.launch.report import render
@@ -113,7 +114,7 @@ def build_run_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="when the trainer exits non-zero, clean up its processes and relaunch it with trainer.resume_mode=auto "
         "(the newest complete checkpoint), at most N times; each restart logs the step it resumes from and the "
-        "steps of work lost (default 0: exec the trainer, no supervisor)",
+        "steps of work lost (default 0: no restart)",
     )
     run.add_argument("overrides", nargs="*", help="Hydra overrides for verl (key=value)")
     return run
@@ -181,11 +182,18 @@ def _recipe(name: str) -> catalog.Recipe:
 
 
 def _plan(
-    args: argparse.Namespace, recipe: catalog.Recipe, hw: str, environ: Mapping[str, str], *, for_launch: bool
-) -> tuple[Plan, dict[str, str]]:
+    args: argparse.Namespace,
+    recipe: catalog.Recipe,
+    hw: str,
+    environ: Mapping[str, str],
+    *,
+    for_launch: bool,
+    show: bool = True,
+) -> tuple[Plan, dict[str, str], str]:
     """The one planning path of ``plan`` and ``run``: the profile's environment for the recipe's phase, the plan,
     the table. ``plan --dry-run`` prints what ``run --dry-run`` prints (tests/recipes/test_plan_run_same.py), and
-    the command it shows is the one a launch execs. Returns the plan and the environment the command runs in."""
+    the command it shows is the one a launch runs. Returns the plan, the environment the command runs in and the table
+    (printed unless ``show`` is False: a launch prints it after naming its log)."""
     env = applied(PROFILES[hw].env(recipe.phase, environ), environ)
     # verl and Hydra print while loading: a dry run shows it with the table; a launch keeps stdout for the command
     log = sys.stderr if for_launch else sys.stdout
@@ -200,8 +208,10 @@ def _plan(
             for_launch=for_launch,
             environ=env,
         )
-    print(render(plan, dry_run=not for_launch), file=log, flush=True)
-    return plan, env
+    table = render(plan, dry_run=not for_launch)
+    if show:
+        print(table, file=log, flush=True)
+    return plan, env, table
 
 
 def _cluster_gate(plan: Plan, environ: Mapping[str, str]) -> Callable[[], str | None]:
@@ -228,33 +238,93 @@ def _cluster_gate(plan: Plan, environ: Mapping[str, str]) -> Callable[[], str | 
 
 @entry_point(RUN_PROG)  # inside retool-launch's boundary: a run script's errors carry the run script's name
 def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
-    """Environment, plan, then exec: the whole launch the run scripts used to do in bash."""
+    """Environment, plan, then the trainer as a child whose output is also kept in the run's log file."""
     recipe = _recipe(args.recipe)
     hw = args.profile or default_hardware(environ, planning=args.dry_run)  # a bad KIT_HW raises a UsageError
-    plan, env = _plan(args, recipe, hw, environ, for_launch=not args.dry_run)
-    log = sys.stdout if args.dry_run else sys.stderr
+    plan, env, table = _plan(args, recipe, hw, environ, for_launch=not args.dry_run, show=args.dry_run)
     if plan.errors:
+        if not args.dry_run:
+            print(table, file=sys.stderr, flush=True)
         return EXIT_FAILED
     ckpt_dir = Path(str(plan.cfg.trainer.default_local_dir))
-    save_freq = int(plan.cfg.trainer.save_freq)
-    if args.max_restarts and save_freq <= 0:
+    nnodes = int(plan.cfg.trainer.nnodes)
+    _check_restarts(args.max_restarts, int(plan.cfg.trainer.save_freq), recipe.phase, nnodes)
+    log_file = runlog.log_path(ckpt_dir, recipe.phase, nnodes, environ)
+    if args.dry_run:
+        if args.max_restarts:
+            print(f"restarts: up to {args.max_restarts}, each resuming from the newest checkpoint in {ckpt_dir}")
+        return EXIT_OK
+    return _launch(args, plan, env, environ, table, log_file)
+
+
+def _check_restarts(max_restarts: int, save_freq: int, phase: str, nnodes: int) -> None:
+    """--max-restarts only where a restart can resume (issue 33: finding 4, and the multi-node SFT journey)."""
+    if max_restarts and save_freq <= 0:
         # issue 33, finding 4: the plan said "each resuming from the newest checkpoint" beside "saving: never"
         raise UsageError(
-            f"--max-restarts {args.max_restarts} with trainer.save_freq={save_freq}: the run saves no checkpoint, so "
+            f"--max-restarts {max_restarts} with trainer.save_freq={save_freq}: the run saves no checkpoint, so "
             "every restart would begin again at step 0; set trainer.save_freq=N (steps between checkpoints) or drop "
             "--max-restarts"
         )
+    if max_restarts and phase == "sft" and nnodes > 1:
+        # one torchrun job spans every node: a node that starts its torchrun again alone waits for ranks that ended
+        raise UsageError(
+            f"--max-restarts with trainer.nnodes={nnodes} on an SFT run: its torchrun job spans all {nnodes} nodes, "
+            "and one node's restart cannot rejoin it. Drop --max-restarts; when the run fails, run the same command "
+            "again on every node (trainer.resume_mode=auto resumes from the newest checkpoint)"
+        )
+
+
+def _launch(
+    args: argparse.Namespace, plan: Plan, env: dict[str, str], environ: Mapping[str, str], table: str, log_file: Path
+) -> int:
+    """Run the approved command (under the restart supervisor when asked), its output and the supervisor's lines
+    teed into the run log, which the first line printed names; then say how to resume when it failed."""
+    assert plan.cfg is not None
+    ckpt_dir = Path(str(plan.cfg.trainer.default_local_dir))
+    log = runlog.RunLog(log_file, sys.stderr)
+    if log.open:
+        print(
+            f"run log: {log_file} (appending: this launch's output, the trainer's and any restart's)", file=sys.stderr
+        )
+    log.header(runlog.launch_argv())
+    err, out = runlog.Tee(sys.stderr, log), runlog.Tee(sys.stdout, log)
+    print(table, file=err, flush=True)
     if args.max_restarts:
-        print(f"restarts: up to {args.max_restarts}, each resuming from the newest checkpoint in {ckpt_dir}", file=log)
-    if args.dry_run:
-        return EXIT_OK
-    if args.max_restarts:
-        print(f"run_recipe: run {' '.join(plan.command)}", file=sys.stderr, flush=True)
-        gate = _cluster_gate(plan, environ) if ray_cpus.joins_a_cluster(recipe.phase, plan.cfg, environ) else None
-        return restart.supervise(plan.command, env, ckpt_dir, args.max_restarts, before_restart=gate)
-    print(f"run_recipe: exec {' '.join(plan.command)}", file=sys.stderr, flush=True)
-    os.execvpe(plan.command[0], plan.command, env)
-    return EXIT_FAILED  # not reached
+        print(f"restarts: up to {args.max_restarts}, each resuming from the newest checkpoint in {ckpt_dir}", file=err)
+    print(f"run_recipe: run {' '.join(plan.command)}", file=err, flush=True)
+    joins = ray_cpus.joins_a_cluster(plan.recipe.phase, plan.cfg, environ)
+    gate = _cluster_gate(plan, environ) if args.max_restarts and joins else None
+    try:
+        returncode = restart.supervise(plan.command, env, ckpt_dir, args.max_restarts, err, out, before_restart=gate)
+        if returncode != 0:
+            print(_resume_hint(returncode, plan), file=err, flush=True)
+    finally:
+        log.close()
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def _resume_hint(returncode: int, plan: Plan) -> str:
+    """The last line of a failed run: what running it again does (verl's default ``trainer.resume_mode=auto``
+    resumes from the newest complete checkpoint; a multi-node SFT job is one torchrun job on every node)."""
+    assert plan.cfg is not None
+    ckpt_dir = Path(str(plan.cfg.trainer.default_local_dir))
+    step = restart.checkpoint_step(ckpt_dir)
+    on_nodes = "on every node " if plan.recipe.phase == "sft" and int(plan.cfg.trainer.nnodes) > 1 else ""
+    again = (
+        "the same command again"
+        if restart.resume_mode(plan.command) != "disable"
+        else "it again with trainer.resume_mode=auto"
+    )
+    if step is None:
+        return (
+            f"run: the trainer ended with exit status {returncode} before its first checkpoint: run {again} "
+            f"{on_nodes}to start again at step 0"
+        )
+    return (
+        f"run: the trainer ended with exit status {returncode}; run {again} {on_nodes}to resume from "
+        f"global_step_{step} in {ckpt_dir}"
+    )
 
 
 @entry_point(PROG)
@@ -267,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _list()
     if args.command == "demand":
         return _demand(args)
-    plan, _ = _plan(args, _recipe(args.recipe), args.hw, os.environ, for_launch=args.argv)
+    plan, _, _ = _plan(args, _recipe(args.recipe), args.hw, os.environ, for_launch=args.argv)
     if plan.errors:
         return EXIT_FAILED
     if args.argv:

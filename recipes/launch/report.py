@@ -14,7 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from npu_kernels.platform import PROFILES, current_platform
-from recipes.launch import budget, capacity, inputs, memory, parity, ray_cpus, trace
+from recipes.launch import budget, capacity, inputs, memory, parity, ray_cpus, runlog, trace
 from recipes.launch.checks import world_size
 from recipes.launch.plan import Plan
 
@@ -237,6 +237,15 @@ def _rl_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
     ]
 
 
+def _run_log_row(plan: Plan, cfg: DictConfig) -> str:
+    """Where a launch tees its output (recipes/launch/runlog.py): the log outlives the terminal."""
+    ckpt, nnodes = Path(str(cfg.trainer.default_local_dir)), int(cfg.trainer.nnodes)
+    text = f"{runlog.log_path(ckpt, plan.recipe.phase, nnodes, {})}  (every launch and restart appends to it"
+    if plan.recipe.phase == "sft" and nnodes > 1:
+        text += f"; node R > 0: {ckpt / 'run.node<R>.log'}"
+    return text + ")"
+
+
 def rows(plan: Plan) -> list[tuple[str, str]]:
     cfg = plan.cfg
     assert cfg is not None
@@ -251,6 +260,7 @@ def rows(plan: Plan) -> list[tuple[str, str]]:
         ("total steps", total_steps(plan)),
         *_reference_row(plan),
         ("checkpoints", f"{_input_value(plan, 'trainer.default_local_dir')}"),
+        ("run log", _run_log_row(plan, cfg)),
         ("saving", f"{_freq(cfg.trainer.save_freq)}, keep {keep if keep else 'all'}"),
         ("checkpoint disk", _checkpoint_row(plan)),
         ("logger", f"{', '.join(cfg.trainer.logger)}; tensorboard dir {plan.env.get('TENSORBOARD_DIR', '?')}"),

@@ -70,7 +70,7 @@ def with_resume_auto(command: Sequence[str]) -> list[str]:
     return [*kept, f"{RESUME_KEY}=auto"]
 
 
-def _resume_mode(command: Sequence[str]) -> str:
+def resume_mode(command: Sequence[str]) -> str:
     modes = [word.split("=", 1)[1] for word in command if word.lstrip("+").startswith(f"{RESUME_KEY}=")]
     return modes[-1] if modes else "auto"  # verl's default (trainer/config/ppo_trainer.yaml)
 
@@ -159,7 +159,7 @@ def supervise(
     attempts: list[Attempt] = []
     try:
         while True:
-            start = None if _resume_mode(command) == "disable" else checkpoint_step(ckpt_dir)
+            start = None if resume_mode(command) == "disable" else checkpoint_step(ckpt_dir)
             t0 = time.monotonic()
             returncode, last_step = run_attempt(command, env, stop, out or sys.stdout)
             attempts.append(Attempt(len(attempts) + 1, returncode, last_step, start, time.monotonic() - t0))

@@ -134,6 +134,7 @@ def test_run_cli_checks_max_restarts_and_shows_it_in_the_dry_run() -> None:
     )
     assert dry.returncode == 0, dry.stdout + dry.stderr
     assert "restarts: up to 2, each resuming from the newest checkpoint in" in dry.stdout
+    assert "run log:" in dry.stdout and "run.log  (every launch and restart appends to it)" in dry.stdout
 
 
 def test_a_restart_waits_for_the_cluster_and_stops_with_the_reason_when_it_stays_broken(tmp_path: Path) -> None:
