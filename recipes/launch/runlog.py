@@ -89,5 +89,7 @@ class Tee:
 
 
 def launch_argv() -> list[str]:
-    """What the user ran, for the header: the run script's own words come through ``sys.argv``."""
-    return [Path(sys.argv[0]).name, *sys.argv[1:]]
+    """What ran, for the header: the run scripts exec ``python -m recipes.launch run RECIPE ...``."""
+    program = Path(sys.argv[0])
+    head = ["python", "-m", "recipes.launch"] if program.name == "__main__.py" else [program.name]
+    return [*head, *sys.argv[1:]]
