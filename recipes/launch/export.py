@@ -66,6 +66,8 @@ def plan(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Exp
     if not step_dir.is_dir():
         steps = ", ".join(map(str, saved_steps(ckpt_dir))) or "none"
         raise UsageError(f"--step {step}: no {step_dir.name} in {ckpt_dir} (steps saved there: {steps})")
+    if not (step_dir / ACTOR).is_dir() and (step_dir / "fsdp_config.json").is_file():
+        raise UsageError(f"{step_dir} has no {ACTOR}/: an SFT checkpoint?", "merge it with scripts/sft_to_rl.sh")
     handoff.check_step_dir(step_dir / ACTOR)
     target = Path(args.target).expanduser().absolute() if args.target else ckpt_dir / target_name(step)
     check_writable("--target", target, folder=True)
