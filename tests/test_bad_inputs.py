@@ -263,6 +263,18 @@ ROWS = {
     "sft_to_rl --step -1": Row(
         ["bash", str(REPO_ROOT / "scripts" / "sft_to_rl.sh"), "--step", "-1", "--dry-run"], "--step: -1 is out of range"
     ),
+    # issue 33: from an RL checkpoint to a score
+    "rl_to_hf --step 0": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "rl_to_hf.sh"), "--step", "0", "--dry-run"], "--step: 0 is out of range"
+    ),
+    "rl_to_hf missing step": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "rl_to_hf.sh"), "--hw", "a3", "--ckpt-dir", "{tmp}", "--step", "9"],
+        "--step 9: no global_step_9 in {tmp} (steps saved there: none)",
+    ),
+    "eval_model missing --model": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "eval_model.sh"), "--hw", "a3", "--model", "{tmp}/m", "--name", "b"],
+        "--model {tmp}/m: no such folder",
+    ),
     "setup_verl --source svn": Row(
         ["bash", str(REPO_ROOT / "scripts" / "setup_verl.sh"), "--source", "svn"], "--source must be git or sdist"
     ),

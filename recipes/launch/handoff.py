@@ -41,17 +41,24 @@ class HandoffError(KitError):
 
 
 @dataclass(frozen=True)
-class Handoff:
-    sft: catalog.Recipe
-    rl: catalog.Recipe
-    hw: str
-    ckpt_dir: Path
+class Merge:
+    """One checkpoint step's FSDP shards (``step_dir``) and the HF folder they merge into: what :func:`merge` and
+    :func:`target_holds_this_merge` need, shared by the SFT hand-off and the RL export (recipes/launch/export.py)."""
+
     step: int
     step_dir: Path
     target: Path
 
     def merge_command(self, target: Path | None = None) -> list[str]:
         return merger_command(self.step_dir, target or self.target)
+
+
+@dataclass(frozen=True)
+class Handoff(Merge):
+    sft: catalog.Recipe
+    rl: catalog.Recipe
+    hw: str
+    ckpt_dir: Path
 
 
 def merger_command(step_dir: Path, target: Path) -> list[str]:
@@ -71,7 +78,7 @@ def merger_command(step_dir: Path, target: Path) -> list[str]:
     ]
 
 
-def _recipes(name: str) -> tuple[catalog.Recipe, catalog.Recipe]:
+def stage_recipes(name: str) -> tuple[catalog.Recipe, catalog.Recipe]:
     """``qwen3_4b`` or either stage's name -> (SFT recipe, RL recipe)."""
     base = re.sub(r"_(sft|dapo)$", "", name.removeprefix("retool_"))
     try:
@@ -82,12 +89,13 @@ def _recipes(name: str) -> tuple[catalog.Recipe, catalog.Recipe]:
         raise UsageError(f"--recipe: unknown recipe {name!r}", f"one of {', '.join(models)}") from None
 
 
-def latest_step(ckpt_dir: Path) -> int:
+def latest_step(ckpt_dir: Path, stage: str = "SFT") -> int:
     tracker = ckpt_dir / TRACKER
     try:
         return int(tracker.read_text().strip())
     except FileNotFoundError:
-        raise HandoffError(f"{tracker} not found: no finished SFT checkpoint in {ckpt_dir} (or pass --step)") from None
+        found = f"{tracker} not found: no finished {stage} checkpoint in {ckpt_dir} (or pass --step)"
+        raise HandoffError(found) from None
     except ValueError:
         raise HandoffError(f"{tracker} does not hold a step number") from None
 
@@ -113,7 +121,7 @@ def check_step_dir(step_dir: Path) -> None:
 
 def plan(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Handoff:
     environ = dict(os.environ) if environ is None else environ
-    sft, rl = _recipes(args.recipe)
+    sft, rl = stage_recipes(args.recipe)
     if args.ckpt_dir:
         ckpt_dir = Path(args.ckpt_dir).expanduser().absolute()
     elif environ.get("CKPT_DIR", "").strip():
@@ -124,7 +132,7 @@ def plan(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Han
     step_dir = ckpt_dir / f"global_step_{step}"
     check_step_dir(step_dir)
     target = Path(args.target).expanduser().absolute() if args.target else ckpt_dir / catalog.MERGED_DIR_NAME
-    return Handoff(sft, rl, args.hw, ckpt_dir, step, step_dir, target)
+    return Handoff(step, step_dir, target, sft, rl, args.hw, ckpt_dir)
 
 
 def existing_merge(target: Path) -> dict | None:
@@ -134,7 +142,7 @@ def existing_merge(target: Path) -> dict | None:
         return None
 
 
-def target_holds_this_merge(handoff: Handoff, force: bool) -> bool:
+def target_holds_this_merge(handoff: Merge, force: bool) -> bool:
     """True when the target already holds this very merge (nothing to do); a HandoffError when it holds anything
     else and ``force`` is not given. The dry run asks the same (issue 21, finding 4: it used to pass where the
     merge then refused)."""
@@ -156,7 +164,7 @@ def target_holds_this_merge(handoff: Handoff, force: bool) -> bool:
     return False
 
 
-def merge(handoff: Handoff, force: bool) -> str:
+def merge(handoff: Merge, force: bool) -> str:
     """Merge into ``handoff.target``; returns what happened ("merged" or "already merged")."""
     if target_holds_this_merge(handoff, force):
         return "already merged"
@@ -211,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _recipes(args.recipe)  # a wrong --recipe is named before the platform is probed (that imports torch)
+    stage_recipes(args.recipe)  # a wrong --recipe is named before the platform is probed (that imports torch)
     args.hw = args.profile or default_hardware()  # a bad KIT_HW raises a UsageError
     handoff = plan(args)
     print(f"SFT checkpoint: {handoff.step_dir} (step {handoff.step})")

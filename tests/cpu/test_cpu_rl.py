@@ -16,6 +16,8 @@ verl's vLLM async server (vLLM's CPU build), the engine NPU and GPU runs use.
     the first weight update reaches vLLM) and compare ``training/rollout_probs_diff_mean`` at step 2 (vLLM's log-probs
     of its samples against the actor's recomputation). The model is the tiny Qwen3 with a 0.3 init range, whose
     outputs move when its weights do; on the default near-uniform one both cases measure ~1e-6.
+(d) from checkpoint to score: run (a)'s last checkpoint merged by scripts/rl_to_hf.sh and scored by
+    scripts/eval_model.sh (validation only through the launcher, the kit's sandbox, retool-eval).
 
 Metrics are read from the console logger's ``step:N - key:value - ...`` lines. Needs the patched verl (Ray CPU
 bundles, gloo, no ref offload on CPU, the torch.cpu wrapper, the gloo-safe all-gather, CPU pad/unpad, the hf rollout).
@@ -23,6 +25,7 @@ bundles, gloo, no ref offload on CPU, the torch.cpu wrapper, the gloo-safe all-g
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -35,7 +38,7 @@ from pathlib import Path
 
 import pytest
 from kit_cpu_ppo import common_overrides, ppo_env, run_ppo
-from kit_testing import REPO_ROOT, step_metrics, tiny_model_dir
+from kit_testing import REPO_ROOT, kit_env, run_kit_script, step_metrics, tiny_model_dir
 from omegaconf import OmegaConf
 
 from npu_kernels.platform import CPU
@@ -135,8 +138,11 @@ def _timing(steps: dict[int, dict[str, float]]) -> str:
     )
 
 
-def test_sync_grpo_survives_a_killed_worker_and_a_killed_driver(assets: dict[str, Path], tmp_path: Path) -> None:
-    ckpt = tmp_path / "ckpt"
+@pytest.fixture(scope="module")
+def sync_run(assets: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Run (a): {"ckpt", "log", "faults"}; its checkpoints are also the RL model the export test merges."""
+    root = tmp_path_factory.mktemp("sync")
+    ckpt = root / "ckpt"
     overrides = [
         *common_overrides(assets, ckpt),
         "data.max_prompt_length=64",
@@ -152,8 +158,13 @@ def test_sync_grpo_survives_a_killed_worker_and_a_killed_driver(assets: dict[str
 
     # one supervised run of 3 steps (--max-restarts 2): an FSDP worker is SIGKILLed once checkpoint 1 is complete,
     # then the driver once checkpoint 2 is
-    log = tmp_path / "sync.log"
+    log = root / "sync.log"
     faults = _supervise_ppo([*overrides, "trainer.total_training_steps=3"], log, assets["pythonpath"], ckpt)
+    return {"ckpt": ckpt, "log": log, "faults": faults}
+
+
+def test_sync_grpo_survives_a_killed_worker_and_a_killed_driver(sync_run: dict) -> None:
+    ckpt, log, faults = sync_run["ckpt"], sync_run["log"], sync_run["faults"]
     text = log.read_text()
     worker_fault, driver_fault = faults
     # fault (f): the dead worker ends the driver with an error naming the actor, within the bound
@@ -181,6 +192,45 @@ def test_sync_grpo_survives_a_killed_worker_and_a_killed_driver(assets: dict[str
     for fault in faults:
         with pytest.raises(ProcessLookupError):
             os.killpg(fault.driver, 0)
+
+
+def test_rl_checkpoint_merges_and_scores(sync_run: dict, tmp_path: Path) -> None:
+    """(d) From RL checkpoint to score (issue 33): run (a)'s newest checkpoint (2 ranks, FSDP2) merged into a
+    Hugging Face folder by scripts/rl_to_hf.sh, then scored by scripts/eval_model.sh: the RL recipe's validation
+    only, through the launcher (cpu profile, smoke sizes: 2 AIME prompts x 2 samples), with the kit's sandbox and
+    the platform's rollout engine (vLLM CPU), and retool-eval's report."""
+    from recipes.smoke.sandbox_service import SandboxService
+
+    ckpt, t0 = sync_run["ckpt"], time.perf_counter()
+    env = kit_env(KIT_PYTHON=sys.executable, CKPT_ROOT=str(tmp_path / "roots"))
+    merged = run_kit_script("rl_to_hf.sh", ["--hw", "cpu", "--ckpt-dir", str(ckpt)], env, 300)
+    target = ckpt / "hf_step_3"  # the tracker's step: the newest complete checkpoint
+    assert merged.returncode == 0 and f"merged: {target}" in merged.stdout, merged.stdout[-3000:] + merged.stderr
+    assert (target / "model.safetensors").is_file() and (target / "tokenizer_config.json").is_file()
+    merge_s = time.perf_counter() - t0
+
+    val = tmp_path / "aime_2025.parquet"
+    prepare = [sys.executable, "-m", "recipes.retool.prepare", "val", "--output", str(val), "--input"]
+    subprocess.run([*prepare, str(REPO_ROOT / "recipes" / "smoke" / "data" / "aime_2025.jsonl")], env=env, check=True)
+    sandbox = SandboxService(tmp_path / "sandbox.log", tmp_path / "sandbox.pid", env)
+    sandbox.start()
+    try:
+        # the val file doubles as the train file: main_ppo builds the train loader even for val_only
+        env.update(VAL_FILE=str(val), TRAIN_FILE=str(val), RETOOL_SANDBOX_URL=f"{sandbox.url}/run_code")
+        args = ["--hw", "cpu", "--model", str(target), "--name", "rl", "trainer.n_gpus_per_node=1"]  # one vLLM replica
+        scored = run_kit_script("eval_model.sh", args, env, 600)
+    finally:
+        sandbox.stop()
+    out = scored.stdout + scored.stderr
+    folder = tmp_path / "roots" / "eval" / "rl"
+    assert scored.returncode == 0, out[-6000:]
+    if CPU.rollout_engine().name == "vllm":
+        assert "vLLMHttpServer" in out, "the platform's rollout engine is vLLM, but no vLLM server ran"
+    report = json.loads((folder / "eval.json").read_text())
+    assert report["samples"] == 4 and report["files"] == [str(folder / "val_generations" / "0.jsonl")], report
+    summary = [line for line in scored.stdout.splitlines() if line.startswith("rl: aime_2025: mean@2 ")]
+    assert summary and scored.stdout.splitlines()[-1].startswith(f"report: {folder / 'eval.md'}"), out[-3000:]
+    print(f"\n[cpu-rl] export {merge_s:.1f}s, eval {time.perf_counter() - t0 - merge_s:.1f}s: {summary[0]}")
 
 
 WORKER_DEATH_BOUND_S = 90  # kill of an FSDP worker -> the driver process is gone (Ray reports the actor dead at once)
