@@ -25,7 +25,8 @@ Builds verl $VERL_VERSION with the kit's patch series ($PATCH_DIR) applied by gi
                    the base (tagged $VERL_GIT_TAG), then git am the series.
   --repo URL|PATH  where to clone from (git source). A local checkout given without --dest is patched in place;
                    a PATH must be a git repository.
-  --sdist FILE     use this verl-$VERL_VERSION.tar.gz instead of downloading it.
+  --sdist FILE     use this verl-$VERL_VERSION.tar.gz instead of downloading it: no network needed (implies
+                   --source sdist). retool-bundle create puts it in BUNDLE/sdist/.
   --dest DIR       the tree to create or reuse (default: $KIT_ROOT/build/verl).
   --install        pip-install the patched tree into the active Python (\$PYTHON, default python3), without
                    verl's top-level tests/ and scripts/ packages, with the pins of pins.env as constraints.
@@ -57,10 +58,10 @@ check_repo() { # --repo PATH: a git repository (a checkout or a bare one), check
     die_usage "--repo $1 is not a git repository (give a verl git checkout, or a URL to clone from)"
 }
 
-source_kind=git repo="" sdist="" dest="" dest_given=0 install=0 check=0
+source_kind=git source_given=0 repo="" sdist="" dest="" dest_given=0 install=0 check=0
 while (($#)); do
   case "$1" in
-    --source) need_value "$1" $# "git or sdist"; source_kind=$2; shift 2 ;;
+    --source) need_value "$1" $# "git or sdist"; source_kind=$2; source_given=1; shift 2 ;;
     --repo) need_value "$1" $# "a URL or path"; repo=$2; shift 2 ;;
     --sdist) need_value "$1" $# "a file"; sdist=$2; shift 2 ;;
     --dest) need_value "$1" $# "a directory"; dest=$2; dest_given=1; shift 2 ;;
@@ -71,6 +72,12 @@ while (($#)); do
   esac
 done
 [[ $source_kind == git || $source_kind == sdist ]] || die_usage "--source must be git or sdist, not '$source_kind'"
+if [[ -n $sdist ]]; then # checked before anything is built; a local sdist means no network (issue 33, bare metal)
+  [[ $source_kind == sdist || $source_given == 0 ]] || die_usage "--sdist goes with --source sdist, not --source git"
+  source_kind=sdist
+  [[ -f $sdist && -r $sdist ]] ||
+    die_usage "--sdist $sdist: no such file (give verl-$VERL_VERSION.tar.gz, e.g. BUNDLE/sdist/ of retool-bundle create)"
+fi
 [[ -z $repo ]] || check_repo "$repo"
 if [[ -z $dest ]]; then
   if [[ $source_kind == git && -n $repo && -e $repo/.git ]]; then dest=$repo; else dest=$KIT_ROOT/build/verl; fi
@@ -87,9 +94,15 @@ make_sdist_tree() { # $1: target directory (must not exist)
   local target=$1 tarball=$sdist tmp
   tmp=$(mktemp -d)
   if [[ -z $tarball ]]; then
-    log "downloading the verl==$VERL_VERSION sdist from the package index"
-    "$PYTHON" -m pip download --quiet --no-deps --no-binary verl \
-      -d "$tmp" "verl==$VERL_VERSION" >&2 || { rm -rf "$tmp"; die "could not download the verl==$VERL_VERSION sdist"; }
+    log "downloading the verl==$VERL_VERSION sdist from the package index (--sdist FILE: no network needed)"
+    # No retries and a short timeout: offline, pip's default of 5 retries (15 s timeouts, longer with the user's
+    # PIP_DEFAULT_TIMEOUT) looked like a hang; the one line below says how to give the file instead.
+    "$PYTHON" -m pip download --quiet --retries 0 --timeout 15 --no-deps --no-binary verl \
+      -d "$tmp" "verl==$VERL_VERSION" >"$tmp/pip.log" 2>&1 || {
+      rm -rf "$tmp"
+      die "could not download the verl==$VERL_VERSION sdist from the package index (offline?); give the file with" \
+        "--sdist FILE (retool-bundle create puts it in BUNDLE/sdist/verl-$VERL_VERSION.tar.gz)"
+    }
     tarball=$tmp/verl-$VERL_VERSION.tar.gz
   fi
   [[ -f $tarball ]] || { rm -rf "$tmp"; die "sdist not found: $tarball"; }

