@@ -95,9 +95,9 @@ make_sdist_tree() { # $1: target directory (must not exist)
   tmp=$(mktemp -d)
   if [[ -z $tarball ]]; then
     log "downloading the verl==$VERL_VERSION sdist from the package index (--sdist FILE: no network needed)"
-    # No retries and a short timeout: offline, pip's default of 5 retries (15 s timeouts, longer with the user's
-    # PIP_DEFAULT_TIMEOUT) looked like a hang; the one line below says how to give the file instead.
-    "$PYTHON" -m pip download --quiet --retries 0 --timeout 15 --no-deps --no-binary verl \
+    # Two retries (a passing network hiccup) and a short timeout: offline, pip's default of 5 retries (15 s timeouts,
+    # longer with the user's PIP_DEFAULT_TIMEOUT) looked like a hang; the one line below says how to give the file.
+    "$PYTHON" -m pip download --quiet --retries 2 --timeout 15 --no-deps --no-binary verl \
       -d "$tmp" "verl==$VERL_VERSION" >"$tmp/pip.log" 2>&1 || {
       rm -rf "$tmp"
       die "could not download the verl==$VERL_VERSION sdist from the package index (offline?); give the file with" \
