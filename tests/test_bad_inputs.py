@@ -67,6 +67,16 @@ def _parquet(file: Path, **columns: list[object]) -> Path:
     return file
 
 
+def _partial_model(folder: Path) -> None:
+    """~/models/Qwen2.5-7B-Instruct (the 7B SFT recipe's default MODEL_PATH) with 1 of the 4 shards its index names."""
+    model = folder / "models" / "Qwen2.5-7B-Instruct"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    shards = [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)]
+    (model / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {s: s for s in shards}}))
+    (model / shards[0]).write_bytes(bytes(1000))
+
+
 def _generations_and(plant: Callable[[Path], object]) -> Callable[[Path], object]:
     """The generations of :func:`_generations`, and what ``plant`` adds beside them."""
     return lambda folder: (_generations(folder), plant(folder))
@@ -151,6 +161,13 @@ ROWS = {
     ),
     "dapo total_training_steps=-3": Row(
         [*DAPO, "trainer.total_training_steps=-3"], "trainer.total_training_steps=-3 must be at least 1", 1
+    ),
+    # issue 33 finding 1: 1 of 4 shards downloaded said "dry run OK" (and "~6.0 KB" per checkpoint)
+    "7b sft dry run, 1 of 4 shards": Row(
+        ["bash", str(REPO_ROOT / "recipes" / "run_qwen2.5_7b_sft_npu.sh"), "--hw", "a3", "--dry-run"],
+        "(default of MODEL_PATH) is incomplete: 3 of the 4 shards model.safetensors.index.json names are missing",
+        code=EXIT_FAILED,
+        plant=_partial_model,
     ),
     "dapo KIT_HW=bogus": Row(DAPO[:2] + DAPO[4:], "KIT_HW: unknown hardware profile 'bogus'", env={"KIT_HW": "bogus"}),
     # issue 21's own additions: every option of every command that takes a value with a range or a kind

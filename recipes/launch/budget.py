@@ -17,7 +17,6 @@ Checkpoint size: both trainers save ``['model', 'optimizer', 'extra']`` by defau
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 from dataclasses import dataclass
@@ -25,11 +24,12 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
+from recipes.launch.catalog import Recipe
 from recipes.launch.checks import world_size
+from recipes.launch.memory import facts_for
 
 #: Bytes a verl FSDP checkpoint takes per model parameter: fp32 weights (4) + AdamW exp_avg and exp_avg_sq (4 + 4).
 CKPT_BYTES_PER_PARAM = 12
-_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 def steps_per_epoch(cfg: DictConfig, phase: str, rows: int | None) -> tuple[int | None, str]:
@@ -70,19 +70,15 @@ def total_steps_text(cfg: DictConfig, phase: str, rows: int | None) -> str:
     return f"{per_epoch * epochs} ({epochs} epoch(s) x {per_epoch})"
 
 
-def model_parameters(model_path: str | None) -> int | None:
-    """Parameters of a local Hugging Face model folder: safetensors bytes / the dtype's size in config.json."""
-    if not model_path:
-        return None
-    folder = Path(model_path)
-    files = list(folder.glob("*.safetensors"))
-    if not files:
-        return None
-    try:
-        dtype = json.loads((folder / "config.json").read_text()).get("torch_dtype") or "bfloat16"
-    except (OSError, ValueError):
-        dtype = "bfloat16"
-    return sum(f.stat().st_size for f in files) // _DTYPE_BYTES.get(str(dtype), 2)
+def model_parameters(model_path: str | None, recipe: Recipe) -> tuple[int, str]:
+    """(parameters, where the count came from): the model's shape, from its config.json when readable (the smoke's
+    tiny model is not the recipe's), else the recipe's table; the same facts as the memory estimate.
+
+    Never the bytes on disk: issue 33 finding 1, a 7B folder with 1 of its 4 shards downloaded planned "~6.0 KB"
+    per checkpoint; whether the folder is complete is the path check's question (recipes/launch/paths.py)."""
+    facts = facts_for(model_path, recipe.model)
+    where = f"{model_path}/config.json" if facts is not recipe.model else f"{recipe.model.hf_name}, recipe table"
+    return facts.parameters, f"{facts.parameters / 1e9:.2f}B parameters from {where}"
 
 
 @dataclass(frozen=True)

@@ -30,14 +30,31 @@ def _named(value: str, source: Input | None) -> str:
     return f"{source.env}={value}" if source.source == "env" else f"{value} (default of {source.env})"
 
 
+def _finish_hint(path: str, source: Input | None, problem: str) -> str:
+    """How to complete a folder that is there but partial: the same download into that very folder (``hf download``
+    skips the files it has; a git clone's LFS pointers need ``git lfs pull``), or the input's own hint (RL: merge
+    the SFT checkpoint again)."""
+    if source is None:
+        return ""
+    words = source.hint.split()
+    lfs = f"`git lfs pull` in {path}, or " if "Git LFS pointer" in problem else ""
+    if words[:2] == ["hf", "download"] and len(words) > 2:
+        return f"\n  -> finish the download: {lfs}hf download {words[2]} --local-dir {path} (it skips the files it has)"
+    return f"\n  -> {lfs}{source.hint}, or set MODEL_PATH"
+
+
 def check_model(path: str, source: Input | None) -> list[Problem]:
-    where = Path(path)
+    """A complete Hugging Face model folder (npu_kernels/platform/model_folder.py, shared with retool-doctor --model):
+    config.json and every weight shard its index names (issue 33 finding 1: 1 of 4 shards passed as "dry run OK")."""
+    from npu_kernels.platform import model_folder
+
     hint = f"\n  -> {source.hint}, or set MODEL_PATH" if source else ""
-    if not where.is_dir():
-        return [Problem(f"model {_named(path, source)} does not exist{hint}")]
-    if not (where / "config.json").is_file():
+    folder = model_folder.inspect(path)
+    if not Path(path).is_dir():
+        return [Problem(f"model {_named(path, source)} {folder.problems[0]}{hint}")]
+    if not (Path(path) / "config.json").is_file():
         return [Problem(f"model {_named(path, source)} has no config.json: not a Hugging Face model folder{hint}")]
-    return []
+    return [Problem(f"model {_named(path, source)} {p}{_finish_hint(path, source, p)}") for p in folder.problems]
 
 
 def check_data(path: str, source: Input | None, phase: str) -> list[Problem]:

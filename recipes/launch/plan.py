@@ -283,10 +283,8 @@ def _check_budget(plan: Plan, path_check: bool) -> None:
             f"({result.metric} {result.value:.2f}, {result.source}) was reported: raise trainer.total_epochs "
             "or trainer.total_training_steps to compare with it"
         )
-    model = str(OmegaConf.select(cfg, inputs.model_key(plan.recipe)))
-    params = budget.model_parameters(model)
-    source = model if params else f"{plan.recipe.model.hf_name} (recipe table)"
-    plan.checkpoints = budget.checkpoint_budget(cfg, phase, plan.steps, params or plan.recipe.model.parameters, source)
+    params, source = budget.model_parameters(str(OmegaConf.select(cfg, inputs.model_key(plan.recipe))), plan.recipe)
+    plan.checkpoints = budget.checkpoint_budget(cfg, phase, plan.steps, params, source)
     if not path_check:
         return
     plan.free_at_ckpt = budget.free_bytes(str(cfg.trainer.default_local_dir))

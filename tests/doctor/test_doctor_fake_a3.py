@@ -4,6 +4,7 @@ nothing else turned red."""
 
 from __future__ import annotations
 
+import json
 import shlex
 import socket
 import subprocess
@@ -161,6 +162,20 @@ def _missing_model(node: FakeA3) -> tuple[dict[str, str], list[str]]:
     return node.env, ["--model", str(node.root / "no-such-model")]
 
 
+def _sharded_model(node: FakeA3, shards: dict[int, bytes]) -> None:
+    """The fake model as a 4-shard checkpoint (issue 33 finding 1) holding only ``shards`` (number -> content)."""
+    (node.model / "model.safetensors").unlink()
+    names = [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)]
+    index = {"metadata": {"total_size": 4 * 4096}, "weight_map": {f"layer{i}": name for i, name in enumerate(names)}}
+    (node.model / "model.safetensors.index.json").write_text(json.dumps(index))
+    for number, content in shards.items():
+        (node.model / names[number - 1]).write_bytes(content)
+
+
+def _lfs_pointer(size: int) -> bytes:
+    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{'ab' * 32}\nsize {size}\n".encode()
+
+
 def _transformers_old(node: FakeA3) -> None:
     node.set_version("transformers", "4.56.2")
 
@@ -218,6 +233,17 @@ FAULTS: dict[str, Fault] = {
         lambda n: (n.env, ["--sandbox-url", _closed_port_url()]), {"sandbox"}, ("retool-sandbox serve",)
     ),
     "model path missing": Fault(_missing_model, {"paths.model"}, ("hf download",)),
+    # issue 33 finding 1: any *.safetensors passed, "OK ... (0.0 GB of weights)" with 1 of 4 shards downloaded
+    "model with 1 of its 4 shards": Fault(
+        _then(lambda n: _sharded_model(n, {1: bytes(4096)})),
+        {"paths.model"},
+        ("finish the download", "--local-dir"),
+    ),
+    "model shards that are Git LFS pointers": Fault(
+        _then(lambda n: _sharded_model(n, {i: _lfs_pointer(4096) for i in range(1, 5)})),
+        {"paths.model"},
+        ("git lfs pull",),
+    ),
     "not enough disk for checkpoints": Fault(_args("--min-free-gb", "1e9"), {"disk"}, ("--ckpt-dir",)),
 }
 

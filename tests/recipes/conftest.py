@@ -70,16 +70,27 @@ def plan_env(home: Path) -> dict[str, str]:
 
 @pytest.fixture
 def make_model() -> Callable[..., Path]:
-    """Factory: a folder the path checks accept as a Hugging Face model.
+    """Factory: a folder the path checks accept as a complete Hugging Face model (config.json + model.safetensors).
 
-    Before launch only config.json is read, and the weight files' size (the checkpoint-disk estimate): the folder
-    carries a 1 MiB ``model.safetensors`` so that estimate is this model's (~6 MB) and not the recipe table's 4B
-    model, whose ~48 GB would make the dry run depend on the test machine's free disk.
+    The checkpoint-disk and memory estimates read the model's shape from config.json (recipes/launch/budget.py
+    model_parameters, memory.facts_for), so the config is a whole tiny one: its ~0.1M parameters (~1.3 MB per
+    checkpoint) keep the dry run off the test machine's free disk, which the recipe table's 4B model (~48 GB) would
+    not. The weights file is 1 MiB of zeros: only its presence matters before launch.
     """
 
     def make(path: Path, heads: int = 4, kv_heads: int = 2) -> Path:
         path.mkdir(parents=True, exist_ok=True)
-        config = {"model_type": "qwen3", "num_attention_heads": heads, "num_key_value_heads": kv_heads}
+        config = {
+            "model_type": "qwen3",
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads,
+            "hidden_size": 16 * heads,
+            "head_dim": 16,
+            "num_hidden_layers": 2,
+            "intermediate_size": 128,
+            "vocab_size": 512,
+            "tie_word_embeddings": True,
+        }
         (path / "config.json").write_text(json.dumps(config))
         (path / "model.safetensors").write_bytes(bytes(1 << 20))
         return path

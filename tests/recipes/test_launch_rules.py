@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from recipes.launch import budget, plan
+from recipes.launch import budget, memory, plan
 from recipes.launch.catalog import QWEN3_4B, QWEN25_32B, RECIPES
 
 FAKE_HOME = "/nonexistent/kit-home"
@@ -161,11 +161,13 @@ def test_checkpoint_disk_short_is_an_error(
         "VAL_FILE": str(make_parquet(tmp_path / "val.parquet", 30)),
         "CKPT_DIR": str(tmp_path / "ckpt"),
     }
-    # the fake model's 1 MiB of bf16 weights: 524,288 parameters, ~6.3 MB per checkpoint at 12 B/parameter
-    monkeypatch.setattr(budget, "free_bytes", lambda path: (10**7, Path(path).parent))  # 10 MB free
+    # the fake model's shape (its config.json): ~0.1M parameters, ~1.3 MB per checkpoint at 12 B/parameter
+    params = memory.facts_for(environ["MODEL_PATH"], RECIPES["qwen3_4b_sft"].model).parameters
+    monkeypatch.setattr(budget, "free_bytes", lambda path: (params * 12 + 10**5, Path(path).parent))  # 1 ckpt fits
     built = plan.build(RECIPES["qwen3_4b_sft"], "a3", [], path_check=True, environ=environ)
-    assert built.checkpoints is not None and built.checkpoints.per_checkpoint == (1 << 20) // 2 * 12
-    assert _has(built, "checkpoints need ~") and _has(built, "10.0 MB free"), built.errors
+    assert built.checkpoints is not None and built.checkpoints.per_checkpoint == params * 12
+    free = budget.human(params * 12 + 10**5)
+    assert _has(built, "checkpoints need ~") and _has(built, f"{free} free"), built.errors
     assert _has(built, "trainer.max_ckpt_to_keep=N")
     built = plan.build(RECIPES["qwen3_4b_sft"], "a3", ["trainer.max_ckpt_to_keep=1"], path_check=True, environ=environ)
     assert not _has(built, "checkpoints need"), built.errors
