@@ -77,6 +77,14 @@ def _partial_model(folder: Path) -> None:
     (model / shards[0]).write_bytes(bytes(1000))
 
 
+def _no_torch(folder: Path) -> None:
+    """A ``torch`` package that is not there: ``python -m`` puts the row's folder (its cwd) first on sys.path."""
+    (folder / "torch").mkdir()
+    (folder / "torch" / "__init__.py").write_text(
+        'raise ModuleNotFoundError("No module named \'torch\'", name="torch")\n'
+    )
+
+
 def _generations_and(plant: Callable[[Path], object]) -> Callable[[Path], object]:
     """The generations of :func:`_generations`, and what ``plant`` adds beside them."""
     return lambda folder: (_generations(folder), plant(folder))
@@ -276,6 +284,15 @@ ROWS = {
     "sft_to_rl unknown recipe": Row(
         ["bash", str(REPO_ROOT / "scripts" / "sft_to_rl.sh"), "--recipe", "qwen3_4", "--dry-run"],
         "--recipe: unknown recipe 'qwen3_4'",
+    ),
+    # issue 33: a host's python without torch: ModuleNotFoundError from the platform probe; now the default --hw is
+    # this machine's (cpu), and a checkpoint not found under it says to pass the SFT run's --hw (torch/ shadows it)
+    "sft_to_rl without torch or --hw": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "sft_to_rl.sh"), "--dry-run"],
+        "--hw cpu is this machine's profile: pass the SFT run's --hw",
+        code=EXIT_FAILED,
+        env={"PYTHONDONTWRITEBYTECODE": "1"},
+        plant=lambda tmp: _no_torch(tmp),
     ),
     "sft_to_rl --step -1": Row(
         ["bash", str(REPO_ROOT / "scripts" / "sft_to_rl.sh"), "--step", "-1", "--dry-run"], "--step: -1 is out of range"

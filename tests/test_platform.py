@@ -119,6 +119,14 @@ def test_detect_without_torch_npu(no_torch_npu: None) -> None:
     assert plat.import_torch_npu()[0] is None
 
 
+def test_detect_on_a_host_without_torch(no_torch_npu: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """issue 33: retool-doctor, scripts/sft_to_rl.sh and ray_cluster.sh run on a host's python, which may have no
+    torch; CUDA's probe raised ModuleNotFoundError there, so every default --hw was a traceback."""
+    monkeypatch.setitem(sys.modules, "torch", None)  # ``import torch`` raises ModuleNotFoundError(name="torch")
+    assert not plat.CUDA.is_available()
+    assert plat.detect() is plat.CPU and plat.default_hardware({}) == "cpu"
+
+
 def test_kit_device_override(no_torch_npu: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KIT_DEVICE", " CPU ")
     assert plat.detect() is plat.CPU

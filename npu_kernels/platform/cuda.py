@@ -75,8 +75,15 @@ class CudaPlatform(Platform):
     run_script = "docker/run_cuda.sh"
 
     def is_available(self) -> bool:
-        import torch
-
+        """False without torch: a host's python (retool-doctor, scripts/sft_to_rl.sh, ray_cluster.sh) may have none,
+        and detecting the platform there crashed with ModuleNotFoundError (issue 33); like NPU's probe
+        (npu.import_torch_npu), a missing package is "not this platform", anything else still raises."""
+        try:
+            import torch
+        except ModuleNotFoundError as exc:
+            if exc.name == "torch":
+                return False
+            raise
         return torch.cuda.is_available()
 
     def device_count(self, dev_root: str | os.PathLike[str] = "/dev") -> int:

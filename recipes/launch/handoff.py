@@ -221,7 +221,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     stage_recipes(args.recipe)  # a wrong --recipe is named before the platform is probed (that imports torch)
     args.hw = args.profile or default_hardware()  # a bad KIT_HW raises a UsageError
-    handoff = plan(args)
+    try:
+        handoff = plan(args)
+    except HandoffError as exc:
+        guessed = not (args.profile or os.environ.get("KIT_HW", "").strip() or args.ckpt_dir)
+        if not guessed or os.environ.get("CKPT_DIR", "").strip():
+            raise
+        # issue 33: on a host without devices (or torch) the profile is this machine's, which names the wrong run
+        raise HandoffError(f"{exc}; --hw {args.hw} is this machine's profile: pass the SFT run's --hw") from None
     print(f"SFT checkpoint: {handoff.step_dir} (step {handoff.step})")
     if args.dry_run:
         if target_holds_this_merge(handoff, args.force):
