@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import time
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import httpx
 
-from sandbox.bench_burst import RECIPE_MOVED, run_burst_cli
+from sandbox.bench_burst import RECIPE_MOVED, run_burst_cli, write_json
 from sandbox.bench_requests import SNIPPETS, percentile, run_code_payload
-from sandbox.cli_errors import KitError, UsageError
+from sandbox.cli_errors import KitError, UsageError, check_writable
 
 
 @dataclass
@@ -128,6 +128,10 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     if args.recipe:
         why, fix = RECIPE_MOVED
         raise UsageError(why, fix.format(recipe=args.recipe))
+    if args.json_out:
+        if Path(args.json_out).is_dir():
+            raise UsageError(f"--json {args.json_out} is a folder", "name a file to write the results to")
+        check_writable("--json", Path(args.json_out))  # before the benchmark, not after it (issue 33)
     burst = bool(args.burst)
     chosen = args.snippets or ("print" if burst else ",".join(SNIPPETS))
     snippets = [s.strip() for s in chosen.split(",") if s.strip()]
@@ -144,6 +148,5 @@ def run_bench_cli(args: argparse.Namespace) -> int:
     print(f"bench {args.url}")
     print(format_table(rows))
     if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump([asdict(r) for r in rows], f, indent=2)
+        write_json(args.json_out, [asdict(r) for r in rows])
     return 1 if any(r.errors for r in rows) else 0

@@ -17,6 +17,7 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -229,6 +230,12 @@ def server_capacity(url: str) -> dict[str, int] | None:
         return None
 
 
+def write_json(path: str, rows: list[dict[str, object]]) -> None:
+    """The ``--json`` results; the folders it names are made (the path was checked before the benchmark ran)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(rows, indent=2))
+
+
 def run_burst_cli(args: argparse.Namespace, snippets: list[str]) -> int:
     clients = args.burst
     if clients < 1 or args.rounds < 1 or args.deadline <= 0:
@@ -245,6 +252,5 @@ def run_burst_cli(args: argparse.Namespace, snippets: list[str]) -> int:
         print(format_burst(result), flush=True)
         results.append(result)
     if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump([asdict(r) for r in results], f, indent=2)
+        write_json(args.json_out, [asdict(r) for r in results])
     return 0 if all(r.clean for r in results) else 1

@@ -11,7 +11,9 @@ from __future__ import annotations
 import errno
 import functools
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 EXIT_OK = 0
@@ -85,3 +87,17 @@ def entry_point(prog: str) -> Callable[[Main], Main]:
         return guarded  # type: ignore[return-value]
 
     return wrap
+
+
+def check_writable(option: str, path: Path) -> None:
+    """The kit's ``check_writable`` (npu_kernels/cli_errors.py), for an output file: checked before the work, so a
+    benchmark of minutes does not end in an OSError at its last line (issue 33: ``retool-sandbox bench --json``
+    under /proc ran the whole benchmark first). A probe, not os.access: root passes access() on /proc."""
+    path = path.absolute()
+    existing = next(p for p in path.parents if p.exists())
+    if not existing.is_dir():
+        raise UsageError(f"{option} {path}: {existing} is a file, not a folder")
+    try:
+        tempfile.TemporaryDirectory(dir=existing, prefix=".kit-probe-").cleanup()
+    except OSError as exc:
+        raise UsageError(f"{option} {path}: cannot write in {existing} ({exc.strerror or exc})") from None

@@ -115,6 +115,14 @@ ROWS = {
     "sandbox bench dead URL": Row(
         [f"{BIN}/retool-sandbox", "bench", "--url", "{dead}"], "cannot reach http://", code=EXIT_FAILED
     ),
+    # issue 33: --json was opened after the benchmark had run; now it is checked first (the sandbox's own copy)
+    "sandbox bench --json under /proc": Row(
+        [f"{BIN}/retool-sandbox", "bench", "--url", "{dead}", "--json", "/proc/kit-bench.json"],
+        "--json /proc/kit-bench.json: cannot write in /proc",
+    ),
+    "sandbox bench --json a folder": Row(
+        [f"{BIN}/retool-sandbox", "bench", "--url", "{dead}", "--json", "{tmp}"], "--json {tmp} is a folder"
+    ),
     "bundle install damaged manifest": Row(
         INSTALL,
         "MANIFEST.json cannot be read",

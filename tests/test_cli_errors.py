@@ -11,6 +11,7 @@ import ast
 import errno
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -84,6 +85,21 @@ def test_the_sandbox_copy_keeps_the_kit_contract() -> None:
         assert getattr(box, name) == getattr(kit, name), name
     assert box.error_line("p", "what", "fix") == kit.error_line("p", "what", "fix") == "p: error: what (fix)"
     assert box.error_line("p", "what") == kit.error_line("p", "what") == "p: error: what"
+
+
+@pytest.mark.parametrize("copy", list(COPIES))
+def test_an_output_is_checked_before_the_work(copy: str, tmp_path: Path) -> None:
+    """Both copies refuse the same outputs with the same line (the sandbox's is for ``bench --json``, issue 33)."""
+    module: ModuleType = COPIES[copy]
+    module.check_writable("--json", tmp_path / "new" / "r.json")  # a folder still to make is fine
+    (tmp_path / "f").write_text("mine")
+    for path, line in (
+        ("/proc/kit.json", "--json /proc/kit.json: cannot write in /proc"),
+        (str(tmp_path / "f" / "r.json"), f"--json {tmp_path}/f/r.json: {tmp_path}/f is a file, not a folder"),
+    ):
+        with pytest.raises(module.UsageError) as caught:
+            module.check_writable("--json", Path(path))
+        assert caught.value.what.startswith(line), caught.value.what
 
 
 def test_option_types_refuse_out_of_range_values() -> None:
