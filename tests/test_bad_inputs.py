@@ -144,6 +144,12 @@ ROWS = {
     ),
     "doctor --min-free-gb -5": Row([f"{BIN}/retool-doctor", "--min-free-gb", "-5"], "--min-free-gb: -5"),
     "plot missing logdir": Row([f"{BIN}/retool-plot", "{tmp}/no-such-run"], "{tmp}/no-such-run: no such folder"),
+    # issue 33: a file that is not an event file exited 1 with "no data for: <every panel>"
+    "plot a log file": Row(
+        [f"{BIN}/retool-plot", "{tmp}/run.log", "--out", "{tmp}/plots"],
+        "{tmp}/run.log is not a tensorboard event file",
+        plant=lambda tmp: (tmp / "run.log").write_text("step 1 done\n"),
+    ),
     "eval --k 0": Row([f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--k", "0"], "--k: '0'", plant=_generations),
     "eval --k past n": Row([f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--k", "1,100"], "--k 100", plant=_generations),
     "eval unknown fields": Row([f"{BIN}/retool-eval", "{tmp}/other.jsonl"], "no response field", plant=_generations),

@@ -89,6 +89,22 @@ def event_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("events.out.tfevents.*") if p.is_file())
 
 
+def not_an_event_file(file: Path) -> str | None:
+    """Why a file given on the command line is not a tensorboard event file, or None. The name, and the first
+    TFRecord's frame (an 8-byte length, its CRC, the record, its CRC): tensorboard's reader skips what it cannot
+    parse without a word, so a wrong file used to end in "no data for: <every panel>" (issue 33)."""
+    if not fnmatch.fnmatch(file.name, "events.out.tfevents.*"):
+        return "is not a tensorboard event file (events.out.tfevents.*)"
+    with file.open("rb") as handle:
+        head = handle.read(12)
+    if len(head) < 12:
+        return "is a damaged tensorboard event file: empty or cut short"
+    length = int.from_bytes(head[:8], "little")
+    if not 0 < length < 1 << 24 or file.stat().st_size < 12 + length + 4:
+        return "is a damaged tensorboard event file: its first record does not fit"
+    return None
+
+
 def read_scalars(files: Sequence[Path]) -> Series:
     """Every scalar tag of one run's event files: tag -> [(step, value)] sorted by step; a step logged twice (a
     resumed run) keeps the value of the later file."""
@@ -241,6 +257,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [str(d) for d in args.logdirs if not Path(d).exists()]
     if missing:
         return _error(f"{', '.join(missing)}: no such folder", "give the run's tensorboard folder, TENSORBOARD_DIR")
+    for file in (d for d in args.logdirs if d.is_file()):
+        why = not_an_event_file(file)
+        if why:
+            return _error(f"{file} {why}", "give the run's tensorboard folder, TENSORBOARD_DIR, or an event file in it")
     if not any(event_files(d) for d in args.logdirs):
         return _error(f"no tensorboard event files under {', '.join(map(str, args.logdirs))}")
     if args.list_tags:

@@ -82,6 +82,25 @@ def test_plot_panel_subset_and_errors(tmp_path: Path) -> None:
     assert main([str(tmp_path / "no-such-run"), "--out", str(out)]) == 2  # a missing folder, named as such
 
 
+def test_a_file_that_is_not_an_event_file_is_named(tmp_path: Path, capsys) -> None:
+    """issue 33: a log file, an empty or a cut event file passed as the run exited 1 with "no data for: <every
+    panel>"; now each is a usage error naming the file. A real event file, given as itself, still plots."""
+    _write_run(tmp_path / "tb")
+    (real,) = (tmp_path / "tb").glob("events.out.tfevents.*")
+    assert main([str(real), "--out", str(tmp_path / "p")]) == 0
+    (tmp_path / "run.log").write_text("step 1 done\n")
+    (tmp_path / "events.out.tfevents.1.empty").write_bytes(b"")
+    (tmp_path / "events.out.tfevents.2.cut").write_bytes(real.read_bytes()[:20])
+    for name, why in (
+        ("run.log", "is not a tensorboard event file"),
+        ("events.out.tfevents.1.empty", "is a damaged tensorboard event file: empty"),
+        ("events.out.tfevents.2.cut", "is a damaged tensorboard event file: its first record does not fit"),
+    ):
+        assert main([str(tmp_path / name), "--out", str(tmp_path / "q")]) == 2, name
+        assert f"{tmp_path / name} {why}" in capsys.readouterr().err
+    assert not (tmp_path / "q").exists()
+
+
 def test_two_runs_are_two_lines_with_a_legend(tmp_path: Path) -> None:
     """Issue 14: `retool-plot runA runB` used to merge both runs into one curve (the last value per step won)."""
     import matplotlib
