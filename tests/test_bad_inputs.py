@@ -244,6 +244,12 @@ ROWS = {
         "--json /proc/kit-eval.json: cannot write in /proc",
         plant=_generations,
     ),
+    # issue 33: the input was overwritten by a re-preparation of itself, exit 0
+    "prepare --output the --input": Row(
+        [f"{BIN}/retool-prepare", "val", "--input", "{tmp}/a.jsonl", "--output", "{tmp}/a.jsonl"],
+        "--output {tmp}/a.jsonl is the --input file",
+        plant=lambda tmp: (tmp / "a.jsonl").write_bytes((SMOKE_DATA / "aime_2025.jsonl").read_bytes()),
+    ),
     "prepare broken jsonl": Row(
         [f"{BIN}/retool-prepare", "rl", "--input", "{tmp}/bad.jsonl", "--output", "{tmp}/o.parquet"],
         "invalid JSON on line 2",

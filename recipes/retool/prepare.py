@@ -216,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
             f"--output {args.output} is a directory", f"name the parquet file to write, e.g. {args.output}/a.parquet"
         )
     check_writable("--output", args.output)  # /proc, a read-only mount, a file as the folder: before any work
+    if args.output.exists() and Path(args.input).exists() and args.output.resolve() == Path(args.input).resolve():
+        # issue 33: the input was replaced by a re-preparation of itself (its data_source renamed after the file)
+        raise UsageError(f"--output {args.output} is the --input file", "write the prepared rows to another file")
     try:
         source = open_source(args.input, split=args.split)
         fmt = args.format or detect_format(source.columns, source.name)
