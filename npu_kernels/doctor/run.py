@@ -263,6 +263,16 @@ def _model_problems(model: Path) -> list[str]:
     return problems
 
 
+def _cut_parquet(path: Path) -> bool:
+    """A ``.parquet`` file without the ``PAR1`` magic at both ends: cut short or not parquet (a read of 8 bytes)."""
+    if path.suffix != ".parquet" or not path.is_file() or path.stat().st_size == 0:
+        return False
+    with path.open("rb") as handle:
+        head = handle.read(4)
+        handle.seek(-4, os.SEEK_END)
+        return head != b"PAR1" or handle.read(4) != b"PAR1"
+
+
 def check_paths(ctx: Context) -> list[Result]:
     model, data = ctx.opts.model, ctx.opts.data
     if model is None and not data:
@@ -283,7 +293,11 @@ def check_paths(ctx: Context) -> list[Result]:
     prepare = "prepare the data (retool-prepare sft|rl|val --input ... --output F.parquet) and pass the file it wrote"
     for path in data:
         check = f"paths.data.{path.name}"
-        if path.is_file() and path.stat().st_size > 0:
+        damaged = [f for f in ([path] if path.is_file() else path.glob("*.parquet")) if _cut_parquet(f)]
+        if damaged:  # issue 33: a download cut short passed as "OK ... (0.0 MB)"
+            what = f"data {path}: {', '.join(f.name for f in damaged[:3])} is not a whole parquet file (no PAR1 ends)"
+            results.append(fail(check, what, prepare))
+        elif path.is_file() and path.stat().st_size > 0:
             results.append(ok(check, f"data {path} ({path.stat().st_size / 1e6:.1f} MB)"))
         elif path.is_dir() and any(path.glob("*.parquet")):
             results.append(ok(check, f"data dir {path} ({len(list(path.glob('*.parquet')))} parquet files)"))

@@ -244,6 +244,10 @@ FAULTS: dict[str, Fault] = {
         {"paths.model"},
         ("git lfs pull",),
     ),
+    # issue 33: a parquet cut short (an interrupted copy) passed as "OK ... (0.0 MB)"
+    "data parquet cut short": Fault(
+        _then(lambda n: n.data.write_bytes(b"PAR1" + bytes(64))), {"paths.data.train.parquet"}, ("retool-prepare",)
+    ),
     "not enough disk for checkpoints": Fault(_args("--min-free-gb", "1e9"), {"disk"}, ("--ckpt-dir",)),
 }
 
