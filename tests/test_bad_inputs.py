@@ -77,6 +77,13 @@ def _partial_model(folder: Path) -> None:
     (model / shards[0]).write_bytes(bytes(1000))
 
 
+def _cut_parquet(file: Path) -> None:
+    """The first 300 bytes of a real parquet file: a copy or download cut short."""
+    file.parent.mkdir(parents=True)
+    whole = _parquet(file, messages=[json.dumps([{"role": "user", "content": "1+1?"}])] * 64)
+    whole.write_bytes(whole.read_bytes()[:300])
+
+
 def _no_torch(folder: Path) -> None:
     """A ``torch`` package that is not there: ``python -m`` puts the row's folder (its cwd) first on sys.path."""
     (folder / "torch").mkdir()
@@ -190,6 +197,13 @@ ROWS = {
         "(default of MODEL_PATH) is incomplete: 3 of the 4 shards model.safetensors.index.json names are missing",
         code=EXIT_FAILED,
         plant=_partial_model,
+    ),
+    # issue 33: a parquet cut short planned "dry run OK" (its size "not readable here"); the trainer failed at load
+    "4b sft dry run, parquet cut short": Row(
+        ["bash", str(REPO_ROOT / "recipes" / "run_qwen3_4b_sft_npu.sh"), "--hw", "a3", "--dry-run"],
+        "retool_sft.parquet (default of TRAIN_FILE) is not a readable parquet file",
+        code=EXIT_FAILED,
+        plant=lambda tmp: _cut_parquet(tmp / "data" / "retool" / "retool_sft.parquet"),
     ),
     "dapo KIT_HW=bogus": Row(DAPO[:2] + DAPO[4:], "KIT_HW: unknown hardware profile 'bogus'", env={"KIT_HW": "bogus"}),
     # issue 21's own additions: every option of every command that takes a value with a range or a kind
