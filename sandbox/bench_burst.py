@@ -238,7 +238,7 @@ def write_json(path: str, rows: list[dict[str, object]]) -> None:
 
 def run_burst_cli(args: argparse.Namespace, snippets: list[str]) -> int:
     clients = args.burst
-    if clients < 1 or args.rounds < 1 or args.deadline <= 0:
+    if clients < 1 or args.rounds < 1 or not 0 < args.deadline < float("inf"):  # nan too
         raise UsageError("--burst, --rounds and --deadline must be positive")
     raise_open_file_limit(clients + 256)  # one connection per client, and the process's own
     capacity = server_capacity(args.url)

@@ -27,6 +27,30 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _at_least_zero(text: str) -> int:
+    """A whole number >= 0 (queue slots, MiB where 0 means none, a uid): a negative one was taken and made a sandbox
+    that refuses every request or runs code as no one (issue 33)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is out of range (0 or more)")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds: 0 or nan timed every run out at once, a negative one or nan ended the
+    bench in ValueError from the socket layer (issue 33)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return value
+
+
 def _port(text: str) -> int:
     """A TCP port, 0 (any free one, reported once bound) to 65535: checked here, not an OverflowError in bind()."""
     try:
@@ -77,7 +101,7 @@ def _add_serve_capacity(serve: argparse.ArgumentParser, defaults: SandboxSetting
     )
     serve.add_argument(
         "--max-queue",
-        type=int,
+        type=_at_least_zero,
         default=defaults.max_queue,
         help="requests allowed to wait for a worker; more get the overload answer (default %(default)s). Sizing "
         "rule: --workers + --max-queue >= the tool calls in flight against this sandbox = the tool's max_concurrency "
@@ -116,13 +140,13 @@ def _add_serve_limits(serve: argparse.ArgumentParser, defaults: SandboxSettings)
     )
     serve.add_argument(
         "--default-memory-mb",
-        type=int,
+        type=_at_least_zero,
         default=defaults.default_memory_mb,
         help="memory limit when a request sends memory_limit_MB <= 0; 0 = none (default %(default)s)",
     )
     serve.add_argument(
         "--max-run-timeout",
-        type=float,
+        type=_seconds,
         default=defaults.max_run_timeout,
         help="largest run_timeout accepted, seconds (default %(default)s)",
     )
@@ -144,7 +168,7 @@ def _add_serve_process(serve: argparse.ArgumentParser, defaults: SandboxSettings
     """Who runs the code, how overload is answered, what it may read, logging and the keep-alive supervisor."""
     serve.add_argument(
         "--sandbox-uid",
-        type=int,
+        type=_at_least_zero,
         default=defaults.sandbox_uid,
         help="uid/gid of worker slot 0's code when the server is root; slot i uses this minus i "
         "(default %(default)s, nobody)",
@@ -189,8 +213,8 @@ def _add_bench(bench: argparse.ArgumentParser) -> None:
         "--snippets",
         help="subset of: print, numpy, sympy, sum, loop (default: all; print in burst mode)",
     )
-    bench.add_argument("--warmup", type=int, default=3, help="untimed requests first (default %(default)s)")
-    bench.add_argument("--timeout", type=float, default=60.0, help="HTTP timeout per request, s")
+    bench.add_argument("--warmup", type=_at_least_zero, default=3, help="untimed requests first (default %(default)s)")
+    bench.add_argument("--timeout", type=_seconds, default=60.0, help="HTTP timeout per request, s")
     bench.add_argument("--json", dest="json_out", help="also write the results as JSON to this file")
     add_burst_options(bench)
 

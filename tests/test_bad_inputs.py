@@ -217,6 +217,19 @@ ROWS = {
         [f"{BIN}/retool-sandbox", "serve", "--keep-alive", "--port", "0"], "--keep-alive with --port 0"
     ),
     "sandbox serve --workers 0": Row([f"{BIN}/retool-sandbox", "serve", "--workers", "0"], "--workers: 0 is not"),
+    # issue 33: taken as given, a sandbox that refuses every request (-1 queue slots) or times every run out (0 s)
+    "sandbox serve --max-queue -1": Row(
+        [f"{BIN}/retool-sandbox", "serve", "--port", "0", "--max-queue", "-1"], "--max-queue: -1 is out of range"
+    ),
+    "sandbox serve --max-run-timeout 0": Row(
+        [f"{BIN}/retool-sandbox", "serve", "--port", "0", "--max-run-timeout", "0"],
+        "--max-run-timeout: 0 is not a positive number of seconds",
+    ),
+    # issue 33: ValueError from the socket layer, a traceback
+    "sandbox bench --timeout nan": Row(
+        [f"{BIN}/retool-sandbox", "bench", "--url", "{dead}", "--timeout", "nan"],
+        "--timeout: nan is not a positive number of seconds",
+    ),
     "sandbox serve --allow-path missing": Row(
         [f"{BIN}/retool-sandbox", "serve", "--port", "0", "--allow-path", "/no/such/dir"], "--allow-path /no/such/dir"
     ),
