@@ -313,6 +313,8 @@ def check_disk(ctx: Context) -> list[Result]:
     existing = ckpt
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
+    if not existing.is_dir():  # issue 33: a file passed as "N GB free under FILE"
+        return [fail("disk", f"{existing} (for {ckpt}) is a file, not a folder", "choose a folder for --ckpt-dir")]
     if not os.access(existing, os.W_OK):
         return [fail("disk", f"{existing} (for {ckpt}) is not writable", "choose a writable --ckpt-dir")]
     free_gb = shutil.disk_usage(existing).free / 1e9

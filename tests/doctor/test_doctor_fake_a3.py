@@ -248,6 +248,9 @@ FAULTS: dict[str, Fault] = {
     "data parquet cut short": Fault(
         _then(lambda n: n.data.write_bytes(b"PAR1" + bytes(64))), {"paths.data.train.parquet"}, ("retool-prepare",)
     ),
+    "checkpoint dir is a file": Fault(
+        lambda n: (n.env, ["--ckpt-dir", str(n.data)]), {"disk"}, ("choose a folder for --ckpt-dir",)
+    ),
     "not enough disk for checkpoints": Fault(_args("--min-free-gb", "1e9"), {"disk"}, ("--ckpt-dir",)),
 }
 
