@@ -173,6 +173,11 @@ ROWS = {
         ["bash", str(REPO_ROOT / "scripts" / "smoke.sh"), "--dry-run", "--fast", "--out", "/proc/kit-smoke"],
         "--out /proc/kit-smoke: cannot write in /proc",
     ),
+    # issue 33: the dry run said nothing; the real bench would fail at its first folder
+    "bench_learn dry run, unwritable --out": Row(
+        ["bash", str(REPO_ROOT / "scripts" / "bench_learn.sh"), "--dry-run", "--out", "/proc/kit-bench"],
+        "--out /proc/kit-bench: cannot write in /proc",
+    ),
     "ray_cluster --sandbox-port 99999": Row(
         [*CLUSTER, "--with-sandbox", "--sandbox-port", "99999"], "--sandbox-port: 99999 is not a port"
     ),

@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_OK, KitError, UsageError, entry_point
+from npu_kernels.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point
 from recipes.smoke.report import reusable_sft_problem
 from recipes.smoke.sabotage import MARKER, SABOTAGES, switched_on
 from recipes.smoke.supervisor import KIT_ROOT, exit_on_signals, kill_group, popen_tied
@@ -324,6 +324,7 @@ def preflight(out: Path, selected: Sequence[str], force: bool, environ: Mapping[
         )
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a folder")
+    check_writable("--out", out, folder=True)  # issue 33: the dry run said nothing of /proc or a read-only mount
     busy = [name for name in selected if (out / name).is_dir() and any((out / name).iterdir())]
     if busy and not force:
         raise UsageError(f"{', '.join(str(out / name) for name in busy)} not empty", "another --out, or --force")
