@@ -157,6 +157,14 @@ ROWS = {
         "{tmp}/run.log is not a tensorboard event file",
         plant=lambda tmp: (tmp / "run.log").write_text("step 1 done\n"),
     ),
+    "plot --out a file": Row(
+        [f"{BIN}/retool-plot", "{tmp}/tb", "--out", "{tmp}/notes.txt"],
+        "--out {tmp}/notes.txt is a file, not a folder",
+        plant=lambda tmp: ((tmp / "tb").mkdir(), (tmp / "notes.txt").write_text("mine")),
+    ),
+    "plot --out under /proc": Row(
+        [f"{BIN}/retool-plot", "{tmp}", "--out", "/proc/kit-plots"], "--out /proc/kit-plots: cannot write in /proc"
+    ),
     "eval --k 0": Row([f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--k", "0"], "--k: '0'", plant=_generations),
     "eval --k past n": Row([f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--k", "1,100"], "--k 100", plant=_generations),
     "eval unknown fields": Row([f"{BIN}/retool-eval", "{tmp}/other.jsonl"], "no response field", plant=_generations),

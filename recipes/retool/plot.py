@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, entry_point, fail
+from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, check_writable, entry_point, fail
 
 
 @dataclass(frozen=True)
@@ -257,6 +257,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = [str(d) for d in args.logdirs if not Path(d).exists()]
     if missing:
         return _error(f"{', '.join(missing)}: no such folder", "give the run's tensorboard folder, TENSORBOARD_DIR")
+    if args.out is not None and not args.list_tags:  # issue 33: these failed after every event file was read
+        if args.out.exists() and not args.out.is_dir():
+            return _error(f"--out {args.out} is a file, not a folder", "name a folder for the PNGs")
+        check_writable("--out", args.out, folder=True)  # /proc, a read-only mount
     for file in (d for d in args.logdirs if d.is_file()):
         why = not_an_event_file(file)
         if why:
