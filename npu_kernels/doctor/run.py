@@ -255,7 +255,7 @@ def _model_problems(model: Path) -> list[str]:
     """The shared completeness rule (npu_kernels/platform/model_folder.py, also the launcher's dry run: issue 33
     finding 1, where 1 of 4 shards passed as OK), and a tokenizer, which the doctor checks besides."""
     folder = model_folder.inspect(model)
-    if not model.is_dir():
+    if not model.is_dir() or folder.problems[:1] == [model_folder.verl_checkpoint(model)]:
         return folder.problems
     problems = list(folder.problems)
     if not any((model / name).is_file() for name in _TOKENIZER_FILES):
@@ -282,7 +282,9 @@ def check_paths(ctx: Context) -> list[Result]:
         problems = _model_problems(model)
         if problems:
             fix = "download it, e.g. `hf download Qwen/Qwen3-4B-Instruct-2507 --local-dir DIR`, and pass that DIR"
-            if model.is_dir() and any(p.startswith("is incomplete") for p in problems):
+            if model.is_dir() and problems[0] == model_folder.verl_checkpoint(model):
+                fix = "merge it as the line says, and pass the merged folder (hf_merged)"
+            elif model.is_dir() and any(p.startswith("is incomplete") for p in problems):
                 lfs = f"`git lfs pull` in {model}, or " if any("Git LFS pointer" in p for p in problems) else ""
                 fix = f"finish the download: {lfs}`hf download <its hub id> --local-dir {model}` (it skips what it has)"
             results.append(fail("paths.model", f"model {model} " + "; ".join(problems), fix))

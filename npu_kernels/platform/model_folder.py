@@ -126,6 +126,20 @@ def _check_index(folder: Path, index: Path) -> tuple[list[str], int, int | None]
     return problems, present, total
 
 
+def verl_checkpoint(folder: Path) -> str | None:
+    """Why ``folder`` is a verl FSDP checkpoint rather than a model (a realistic MODEL_PATH / --model mistake: the
+    trainer's ``global_step_N`` or its parent), with the merge that makes the model; None when it is not one."""
+    steps = sorted(folder.glob("global_step_*"))
+    if (folder / "fsdp_config.json").is_file() or any(folder.glob("model_world_size_*_rank_*.pt")):
+        where, step = folder.parent, folder.name.removeprefix("global_step_")
+    elif steps:
+        where, step = folder, steps[-1].name.removeprefix("global_step_")
+    else:
+        return None
+    merge = f"scripts/sft_to_rl.sh --ckpt-dir {where}" + (f" --step {step}" if step.isdigit() else "")
+    return f"is a verl FSDP checkpoint, not a Hugging Face model folder: merge it first ({merge})"
+
+
 def inspect(path: str | Path) -> ModelFolder:
     """Check ``path`` as a Hugging Face model folder (reads config.json and the index, stats the shards)."""
     folder = Path(path)
@@ -133,6 +147,9 @@ def inspect(path: str | Path) -> ModelFolder:
         return ModelFolder(folder, ["does not exist"])
     if not folder.is_dir():
         return ModelFolder(folder, ["is a file, not a model folder"])
+    checkpoint = verl_checkpoint(folder)
+    if checkpoint and not (folder / "config.json").is_file():
+        return ModelFolder(folder, [checkpoint])
     problems = []
     try:
         json.loads((folder / "config.json").read_text())

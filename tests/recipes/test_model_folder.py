@@ -115,3 +115,23 @@ def test_the_checkpoint_estimate_is_the_models_shape_whatever_is_on_disk(tmp_pat
         built = plan.build(SEVEN_B, "a3", [], path_check=False, environ={"HOME": str(tmp_path), "MODEL_PATH": where})
         assert built.checkpoints is not None and built.checkpoints.per_checkpoint == facts_based, where
     assert facts_based > 90e9
+
+
+def test_a_verl_checkpoint_given_as_the_model_says_to_merge_it(tmp_path: Path) -> None:
+    """The trainer's global_step_N (or the folder above it) as MODEL_PATH / --model: "has no config.json" did not say
+    what the folder is; the line names the merge that makes the model."""
+    step = tmp_path / "ckpt" / "global_step_40"
+    (step / "huggingface").mkdir(parents=True)
+    (step / "fsdp_config.json").write_text('{"world_size": 8}')
+    (step / "model_world_size_8_rank_0.pt").write_bytes(b"x")
+    merge = f"merge it first (scripts/sft_to_rl.sh --ckpt-dir {tmp_path / 'ckpt'} --step 40)"
+    for where in (step, tmp_path / "ckpt"):
+        assert model_folder.inspect(where).problems == [
+            f"is a verl FSDP checkpoint, not a Hugging Face model folder: {merge}"
+        ]
+    built = plan.build(
+        RECIPES["qwen3_4b_dapo"], "a3", [], path_check=True, environ={"HOME": str(tmp_path), "MODEL_PATH": str(step)}
+    )
+    assert (
+        f"model MODEL_PATH={step} is a verl FSDP checkpoint, not a Hugging Face model folder: {merge}" in built.errors
+    )
