@@ -296,6 +296,11 @@ ROWS = {
         plant=lambda tmp: (tmp / "bad.jsonl").write_text('{"prompt": "1+1?", "answer": "2"}\n{"prompt": \n'),
     ),
     "doctor --only bogus": Row([f"{BIN}/retool-doctor", "--only", "bogus"], "--only: unknown check group(s) bogus"),
+    "eval report over its input": Row(
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--json", "{tmp}/g.jsonl"],
+        "--json {tmp}/g.jsonl is the input {tmp}/g.jsonl",
+        plant=_generations,
+    ),
     "eval missing input": Row([f"{BIN}/retool-eval", "{tmp}/gone.jsonl"], "{tmp}/gone.jsonl: no such file or folder"),
     "eval broken jsonl": Row(
         [f"{BIN}/retool-eval", "{tmp}/bad.jsonl"],

@@ -277,7 +277,25 @@ def check_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--tokenizer {tokenizer}: no such folder (a tokenizer folder, or a hub name org/name)")
     for option, target in (("--json", args.json), ("--markdown", args.markdown)):
         if target is not None:
+            _refuse_overwriting_an_input(option, target, args)
             check_writable(option, target)
+    if args.json is not None and args.markdown is not None and args.json.resolve() == args.markdown.resolve():
+        raise UsageError(f"--json and --markdown name the same file {args.json}: give two files")
+
+
+def _refuse_overwriting_an_input(option: str, target: Path, args: argparse.Namespace) -> None:
+    """A report written over the generations it reads would lose them (``retool-eval g.jsonl --json g.jsonl`` did,
+    exit 0); a ``.jsonl`` report inside a dump folder would be read as generations the next time."""
+    where = target.resolve()
+    for given in [*args.inputs, *args.data]:
+        source = given.resolve()
+        if where == source:
+            raise UsageError(f"{option} {target} is the input {given}: writing the report there would destroy it")
+        if source.is_dir() and where.parent == source and where.suffix == ".jsonl":
+            raise UsageError(
+                f"{option} {target} is a .jsonl file in the dump folder {given}: it would be read as "
+                "generations next time; write the report elsewhere or with another suffix"
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:
