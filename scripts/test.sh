@@ -20,6 +20,7 @@ scripts/setup_verl.sh change), then runs the kit's tests with pytest. Examples:
   bash scripts/test.sh -m 'not slow'        # skip the end-to-end trainer runs
   bash scripts/test.sh -m learn             # only the learning check (the main job, ~17 min)
   bash scripts/test.sh -m fast_smoke        # the --fast pipeline check, left out of the default run
+  bash scripts/test.sh -m unpatched_e2e     # the end-to-end resume runs on verl less patch 0024/0025, left out too
 
 Without arguments it runs in two phases: the quick tests on KIT_TEST_WORKERS pytest-xdist workers (default 2,
 1 on a one-core machine: plain pytest), then the end-to-end runs and the timing-bound tests ('slow or serial',

@@ -76,3 +76,28 @@ def test_the_default_run_skips_the_fast_smoke_with_its_reason() -> None:
     )
     assert proc.returncode == 0 and re.search(r"\b5 skipped\b", proc.stdout), proc.stdout[-3000:]
     assert "bash scripts/test.sh -m fast_smoke" in proc.stdout
+
+
+def test_the_default_run_skips_the_unpatched_end_to_end_runs_with_their_reason() -> None:
+    """Only the opt-in pair: the patched end-to-end resume checks in the same files still run by default."""
+    files = ["tests/cpu/test_cpu_sft_resume.py", "tests/cpu/test_cpu_rl_resume.py"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "slow or serial", "-k", "without_the_patch", *files],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and re.search(r"\b2 skipped\b", proc.stdout), proc.stdout[-3000:]
+    assert "bash scripts/test.sh -m unpatched_e2e" in proc.stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow or serial", *files],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
+    assert "test_patched_killed_at_an_epoch_end" in listed.stdout
+    assert "test_patched_resume_serves_the_uninterrupted_prompts" in listed.stdout

@@ -8,7 +8,8 @@ prompts each step served are read back exactly. Run 1 trains all 9 steps uninter
 step 4 (epoch 1, after its first batch). Run 2 starts from a copy of that checkpoint alone (``resume_mode=auto``,
 what the kit's restart supervisor relaunches with), as a run stopped there would, and trains steps 5-9: the rest of
 epoch 1 and all of epoch 2 must be the uninterrupted run's. Unpatched 0.6.1 cannot run main_ppo on CPU at all, so
-the comparison runs the kit's verl less patch 0025 (``kit_verl_without``): the resumed run replays epoch 0's order.
+the comparison runs the kit's verl less patch 0025 (``kit_verl_without``): the resumed run replays epoch 0's order
+(opt-in, ``-m unpatched_e2e``: tests/conftest.py; the default run keeps 0025's own unpatched check).
 Resumes from every step, at epoch ends, and data.pt of the old sampler: tests/patches/test_ppo_resume_sampler_order.py.
 """
 
@@ -113,6 +114,7 @@ def test_patched_resume_serves_the_uninterrupted_prompts() -> None:
     print(f"[cpu-rl-resume] test wall {time.perf_counter() - t0:.1f}s")
 
 
+@pytest.mark.unpatched_e2e  # opt-in: tests/conftest.py OPT_IN_MARKERS
 def test_without_the_patch_the_resumed_run_replays_epoch_0(kit_verl_without) -> None:
     kit_verl_without("0025").expect_failure(
         __file__,

@@ -8,7 +8,8 @@ of epoch 1) is saved, once; torchrun exits non-zero and ``recipes.launch.restart
 relaunches the run with ``trainer.resume_mode=auto``. The logged ``step:N`` lines must cover steps 1-6 with no gap:
 the first attempt 1-2, the resumed one 3-6. Without the patch the resumed attempt starts in epoch 2 on the restored,
 exhausted iterator of epoch 1 and trains epoch 3 only: steps 3-4, then stops. Unpatched 0.6.1 cannot run SFT on CPU
-at all, so the comparison runs the kit's verl less patch 0024 (``kit_verl_without``). That the resumed epochs get
+at all, so the comparison runs the kit's verl less patch 0024 (``kit_verl_without``; opt-in, ``-m unpatched_e2e``:
+tests/conftest.py). That the resumed epochs get
 the batches of an uninterrupted run is checked by tests/patches/test_sft_resume_epoch_boundary.py.
 """
 
@@ -135,6 +136,7 @@ def test_patched_killed_at_an_epoch_end() -> None:
     check_killed_at_an_epoch_end_trains_every_step()
 
 
+@pytest.mark.unpatched_e2e  # opt-in: tests/conftest.py OPT_IN_MARKERS
 def test_without_the_patch_an_epoch_is_skipped(kit_verl_without) -> None:
     kit_verl_without("0024").expect_failure(
         __file__,
