@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_OK, UsageError, check_writable, entry_point, whole_number_arg
+from npu_kernels.cli_errors import UsageError, check_writable, entry_point, whole_number_arg
 from npu_kernels.platform import default_hardware
 from npu_kernels.platform.cli import add_profile_option
 from recipes.launch import catalog, handoff, inputs
@@ -108,18 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handoff.stage_recipes(args.recipe)  # a wrong --recipe is named before the platform is probed (imports torch)
     args.hw = args.profile or default_hardware()  # a bad KIT_HW raises a UsageError
-    export = plan(args)
+    export = handoff.plan_naming_the_profile(plan, args, "RL")
     print(f"RL checkpoint: {export.step_dir} (step {export.step})")
-    if args.dry_run:
-        if handoff.target_holds_this_merge(export, args.force):
-            print(f"{export.target} already holds this merge: the real run merges nothing")
-        print("merge command: " + shlex.join(export.merge_command()))
-        print(eval_instructions(export))
-        print("dry run: nothing merged")
-        return EXIT_OK
-    print(f"{handoff.merge(export, args.force)}: {export.target}")
-    print(eval_instructions(export))
-    return EXIT_OK
+    return handoff.finish(export, args, eval_instructions(export))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,7 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Default checkpoint dir: $CKPT_DIR, else $CKPT_ROOT/<recipe>_sft_<hw> (what the SFT recipe wrote). "
         f"Default target: <ckpt dir>/{catalog.MERGED_DIR_NAME}, the RL recipe's default MODEL_PATH.",
     )
-    parser.add_argument("--recipe", default="qwen3_4b", help="qwen3_4b or qwen2.5_32b (either stage's name works)")
+    parser.add_argument(
+        "--recipe", default="qwen3_4b", help="qwen3_4b, qwen2.5_7b or qwen2.5_32b (either stage's name works)"
+    )
     add_profile_option(parser, "hardware profile of the SFT run (default: KIT_HW, else this machine's)")
     parser.add_argument("--ckpt-dir", help="the SFT run's trainer.default_local_dir")
     parser.add_argument(
@@ -216,30 +218,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def plan_naming_the_profile(
+    make_plan: Callable[[argparse.Namespace], Merge], args: argparse.Namespace, stage: str
+) -> Merge:
+    """``make_plan(args)``; when it finds no checkpoint and nothing chose the profile (no --hw, KIT_HW, --ckpt-dir or
+    CKPT_DIR), the error adds that the folder came from this machine's profile (issue 33: on a host without devices
+    or torch that is cpu, which names the wrong run)."""
+    try:
+        return make_plan(args)
+    except HandoffError as exc:
+        chosen = args.profile or os.environ.get("KIT_HW", "").strip() or args.ckpt_dir
+        if chosen or os.environ.get("CKPT_DIR", "").strip():
+            raise
+        raise HandoffError(f"{exc}; --hw {args.hw} is this machine's profile: pass the {stage} run's --hw") from None
+
+
+def finish(job: Merge, args: argparse.Namespace, next_steps: str) -> int:
+    """The end both merge commands share: the dry run's report, or the merge; then what to run next."""
+    if args.dry_run:
+        if target_holds_this_merge(job, args.force):
+            print(f"{job.target} already holds this merge: the real run merges nothing")
+        print("merge command: " + shlex.join(job.merge_command()))
+        print(next_steps)
+        print("dry run: nothing merged")
+        return EXIT_OK
+    print(f"{merge(job, args.force)}: {job.target}")
+    print(next_steps)
+    return EXIT_OK
+
+
 @entry_point(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     stage_recipes(args.recipe)  # a wrong --recipe is named before the platform is probed (that imports torch)
     args.hw = args.profile or default_hardware()  # a bad KIT_HW raises a UsageError
-    try:
-        handoff = plan(args)
-    except HandoffError as exc:
-        guessed = not (args.profile or os.environ.get("KIT_HW", "").strip() or args.ckpt_dir)
-        if not guessed or os.environ.get("CKPT_DIR", "").strip():
-            raise
-        # issue 33: on a host without devices (or torch) the profile is this machine's, which names the wrong run
-        raise HandoffError(f"{exc}; --hw {args.hw} is this machine's profile: pass the SFT run's --hw") from None
+    handoff = plan_naming_the_profile(plan, args, "SFT")
     print(f"SFT checkpoint: {handoff.step_dir} (step {handoff.step})")
-    if args.dry_run:
-        if target_holds_this_merge(handoff, args.force):
-            print(f"{handoff.target} already holds this merge: the real run merges nothing")
-        print("merge command: " + shlex.join(handoff.merge_command()))
-        print(rl_instructions(handoff))
-        print("dry run: nothing merged")
-        return EXIT_OK
-    print(f"{merge(handoff, args.force)}: {handoff.target}")
-    print(rl_instructions(handoff))
-    return EXIT_OK
+    return finish(handoff, args, rl_instructions(handoff))
 
 
 if __name__ == "__main__":

@@ -106,3 +106,18 @@ def test_a_target_with_other_files_or_another_merge_is_refused(
     (mine / handoff.MARKER).write_text(json.dumps({"step_dir": str(tmp_path / "global_step_5" / "actor")}))
     assert _main(tmp_path) == 0
     assert "already holds this merge: the real run merges nothing" in capsys.readouterr().out
+
+
+def test_without_hw_the_missing_checkpoint_says_the_profile_was_guessed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No --hw, KIT_HW, --ckpt-dir or CKPT_DIR: the folder came from this machine's profile (cpu here), which names
+    another run than the RL run on the cluster; the one line says so (shared with sft_to_rl: handoff.py)."""
+    for name in ("KIT_HW", "CKPT_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CKPT_ROOT", str(tmp_path))
+    assert export.main(["--recipe", "qwen3_4b", "--dry-run"]) == EXIT_FAILED
+    err = capsys.readouterr().err
+    assert "no finished RL checkpoint" in err and "is this machine's profile: pass the RL run's --hw" in err, err
+    assert export.main(["--recipe", "qwen3_4b", "--hw", "a3", "--dry-run"]) == EXIT_FAILED
+    assert "this machine's profile" not in capsys.readouterr().err
