@@ -251,11 +251,10 @@ def ping_sandbox(ctx: Context) -> list[Result]:
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
-def _model_problems(model: Path) -> list[str]:
+def _model_problems(model: Path, folder: model_folder.ModelFolder) -> list[str]:
     """The shared completeness rule (npu_kernels/platform/model_folder.py, also the launcher's dry run: issue 33
     finding 1, where 1 of 4 shards passed as OK), and a tokenizer, which the doctor checks besides."""
-    folder = model_folder.inspect(model)
-    if not model.is_dir() or folder.problems[:1] == [model_folder.verl_checkpoint(model)]:
+    if not model.is_dir() or folder.verl_checkpoint:
         return folder.problems
     problems = list(folder.problems)
     if not any((model / name).is_file() for name in _TOKENIZER_FILES):
@@ -279,17 +278,18 @@ def check_paths(ctx: Context) -> list[Result]:
         return [skip("paths", "no --model / --data given")]
     results = []
     if model is not None:
-        problems = _model_problems(model)
+        folder = model_folder.inspect(model)
+        problems = _model_problems(model, folder)
         if problems:
             fix = "download it, e.g. `hf download Qwen/Qwen3-4B-Instruct-2507 --local-dir DIR`, and pass that DIR"
-            if model.is_dir() and problems[0] == model_folder.verl_checkpoint(model):
+            if folder.verl_checkpoint:
                 fix = "merge it as the line says, and pass the merged folder (hf_merged)"
             elif model.is_dir() and any(p.startswith("is incomplete") for p in problems):
                 lfs = f"`git lfs pull` in {model}, or " if any("Git LFS pointer" in p for p in problems) else ""
                 fix = f"finish the download: {lfs}`hf download <its hub id> --local-dir {model}` (it skips what it has)"
             results.append(fail("paths.model", f"model {model} " + "; ".join(problems), fix))
         else:
-            size = model_folder.inspect(model).weights_bytes
+            size = folder.weights_bytes
             shown = f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
             results.append(ok("paths.model", f"model {model} ({shown} of weights)"))
     prepare = "prepare the data (retool-prepare sft|rl|val --input ... --output F.parquet) and pass the file it wrote"

@@ -42,6 +42,7 @@ class ModelFolder:
     weights: str = ""  # the file the weights were read from (a weights file or an index)
     weights_bytes: int = 0  # bytes of the weight files present
     expected_bytes: int | None = None  # what a complete folder holds: the index's total_size, or the weights' bytes
+    verl_checkpoint: bool = False  # a verl FSDP checkpoint given as the model: problems[0] says which merge makes it
 
     @property
     def complete(self) -> bool:
@@ -149,7 +150,7 @@ def inspect(path: str | Path) -> ModelFolder:
         return ModelFolder(folder, ["is a file, not a model folder"])
     checkpoint = verl_checkpoint(folder)
     if checkpoint and not (folder / "config.json").is_file():
-        return ModelFolder(folder, [checkpoint])
+        return ModelFolder(folder, [checkpoint], verl_checkpoint=True)
     problems = []
     try:
         json.loads((folder / "config.json").read_text())

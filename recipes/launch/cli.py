@@ -252,9 +252,13 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
     log_file = runlog.log_path(ckpt_dir, recipe.phase, nnodes, environ)
     if args.dry_run:
         if args.max_restarts:
-            print(f"restarts: up to {args.max_restarts}, each resuming from the newest checkpoint in {ckpt_dir}")
+            print(_restarts_line(args.max_restarts, ckpt_dir))
         return EXIT_OK
     return _launch(args, plan, env, environ, table, log_file)
+
+
+def _restarts_line(max_restarts: int, ckpt_dir: Path) -> str:
+    return f"restarts: up to {max_restarts}, each resuming from the newest checkpoint in {ckpt_dir}"
 
 
 def _check_restarts(max_restarts: int, save_freq: int, phase: str, nnodes: int) -> None:
@@ -291,7 +295,7 @@ def _launch(
     err, out = runlog.Tee(sys.stderr, log), runlog.Tee(sys.stdout, log)
     print(table, file=err, flush=True)
     if args.max_restarts:
-        print(f"restarts: up to {args.max_restarts}, each resuming from the newest checkpoint in {ckpt_dir}", file=err)
+        print(_restarts_line(args.max_restarts, ckpt_dir), file=err)
     print(f"run_recipe: run {' '.join(plan.command)}", file=err, flush=True)
     joins = ray_cpus.joins_a_cluster(plan.recipe.phase, plan.cfg, environ)
     gate = _cluster_gate(plan, environ) if args.max_restarts and joins else None

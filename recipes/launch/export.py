@@ -27,7 +27,7 @@ from pathlib import Path
 from npu_kernels.cli_errors import UsageError, check_writable, entry_point, whole_number_arg
 from npu_kernels.platform import default_hardware
 from npu_kernels.platform.cli import add_profile_option
-from recipes.launch import catalog, handoff, inputs
+from recipes.launch import catalog, handoff
 
 PROG = "rl_to_hf"
 ACTOR = "actor"  # the role folder verl saves the policy in (build/verl/verl/trainer/ppo/ray_trainer.py:916)
@@ -55,12 +55,7 @@ def plan(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Exp
     ``--step``), its actor shards checked complete, and the target checked writable: all before the merge."""
     environ = dict(os.environ) if environ is None else environ
     _, rl = handoff.stage_recipes(args.recipe)
-    if args.ckpt_dir:
-        ckpt_dir = Path(args.ckpt_dir).expanduser().absolute()
-    elif environ.get("CKPT_DIR", "").strip():
-        ckpt_dir = Path(environ["CKPT_DIR"]).expanduser().absolute()
-    else:
-        ckpt_dir = inputs.ckpt_root(environ) / rl.experiment_name(args.hw)
+    ckpt_dir = handoff.run_ckpt_dir(args, rl, environ)
     step = args.step if args.step is not None else handoff.latest_step(ckpt_dir, "RL")
     step_dir = ckpt_dir / f"global_step_{step}"
     if not step_dir.is_dir():

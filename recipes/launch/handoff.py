@@ -119,15 +119,20 @@ def check_step_dir(step_dir: Path) -> None:
         raise HandoffError(f"{step_dir} is incomplete (missing {shown}): was the checkpoint copied whole?")
 
 
+def run_ckpt_dir(args: argparse.Namespace, recipe: catalog.Recipe, environ: dict[str, str]) -> Path:
+    """The stage's checkpoint folder as its run script resolved it: ``--ckpt-dir``, else CKPT_DIR, else
+    ``CKPT_ROOT/<experiment name of the recipe on --hw>`` (shared by the SFT hand-off and the RL export)."""
+    if args.ckpt_dir:
+        return Path(args.ckpt_dir).expanduser().absolute()
+    if environ.get("CKPT_DIR", "").strip():
+        return Path(environ["CKPT_DIR"]).expanduser().absolute()
+    return inputs.ckpt_root(environ) / recipe.experiment_name(args.hw)
+
+
 def plan(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Handoff:
     environ = dict(os.environ) if environ is None else environ
     sft, rl = stage_recipes(args.recipe)
-    if args.ckpt_dir:
-        ckpt_dir = Path(args.ckpt_dir).expanduser().absolute()
-    elif environ.get("CKPT_DIR", "").strip():
-        ckpt_dir = Path(environ["CKPT_DIR"]).expanduser().absolute()
-    else:
-        ckpt_dir = inputs.ckpt_root(environ) / sft.experiment_name(args.hw)
+    ckpt_dir = run_ckpt_dir(args, sft, environ)
     step = args.step if args.step is not None else latest_step(ckpt_dir)
     step_dir = ckpt_dir / f"global_step_{step}"
     check_step_dir(step_dir)

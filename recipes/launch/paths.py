@@ -52,7 +52,7 @@ def check_model(path: str, source: Input | None) -> list[Problem]:
     folder = model_folder.inspect(path)
     if not Path(path).is_dir():
         return [Problem(f"model {_named(path, source)} {folder.problems[0]}{hint}")]
-    if folder.problems and folder.problems[0].startswith("is a verl FSDP checkpoint"):  # the fix is in the line
+    if folder.verl_checkpoint:  # the merge that fixes it is in the line
         return [Problem(f"model {_named(path, source)} {folder.problems[0]}")]
     if not (Path(path) / "config.json").is_file():
         return [Problem(f"model {_named(path, source)} has no config.json: not a Hugging Face model folder{hint}")]
