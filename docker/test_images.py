@@ -31,8 +31,8 @@ from pathlib import Path
 KIT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT_ROOT))
 
-from npu_kernels.platform.images import device_nodes  # noqa: E402
-from npu_kernels.platform.profiles import PROFILES  # noqa: E402
+from platforms.images import device_nodes  # noqa: E402
+from platforms.profiles import PROFILES  # noqa: E402
 
 #: Stand-in builders by pinned base repository (pins.env key of the repo -> script under docker/standin/).
 STANDINS = {

@@ -1,5 +1,6 @@
-"""Ascend NPU port kit for verl's ReTool recipe.
+"""The kit's fused Qwen2/Qwen3 kernels (RMSNorm, RoPE, SwiGLU) and the patcher that puts them into verl's processes.
 
-Kept import-free on purpose: launch scripts run ``python -m npu_kernels.platform env ...`` before every job, and
-importing torch (or, worse, torch_npu without CANN) here would make that slow or crash on a login node.
+Kept import-free on purpose: ``VERL_USE_EXTERNAL_MODULES=npu_kernels.auto`` makes every verl process import
+``npu_kernels.auto``, which decides what to load; importing the package itself must cost nothing. Which backend a
+device takes is the platform layer's decision (``platforms``).
 """

@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from npu_kernels.cli_errors import entry_point
 from npu_kernels.ops import OP_NAMES, BackendUnavailable, KernelOps, load, select
+from platforms.cli_errors import entry_point
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The sandbox's copy of the kit's error boundary (``npu_kernels/cli_errors.py``): same exit codes, same line.
+"""The sandbox's copy of the kit's error boundary (``platforms/cli_errors.py``): same exit codes, same line.
 
 Why a copy: the sandbox is a service that stands alone (it imports nothing from ``recipes`` or ``npu_kernels``, so
 it can run from its own folder on a node without the kit); ``tests/test_cli_errors.py`` runs both copies through
@@ -90,7 +90,7 @@ def entry_point(prog: str) -> Callable[[Main], Main]:
 
 
 def check_writable(option: str, path: Path) -> None:
-    """The kit's ``check_writable`` (npu_kernels/cli_errors.py), for an output file: checked before the work, so a
+    """The kit's ``check_writable`` (platforms/cli_errors.py), for an output file: checked before the work, so a
     benchmark of minutes does not end in an OSError at its last line (issue 33: ``retool-sandbox bench --json``
     under /proc ran the whole benchmark first). A probe, not os.access: root passes access() on /proc."""
     path = path.absolute()

@@ -4,7 +4,7 @@ rollout engine (verl's vLLM async server on vLLM's CPU build vs the kit's hf rol
 
 Why: without AVX512-BF16 or AMX, PyTorch's CPU bf16 GEMM falls back to a slow reference path, so a bf16 trainer
 step can cost 10-20x its fp32 twin; the kit's cpu platform therefore computes in fp32 everywhere
-(``npu_kernels.platform.cpu.CpuPlatform.compute_dtype``). This script is the evidence, measured on the machine at
+(``platforms.cpu.CpuPlatform.compute_dtype``). This script is the evidence, measured on the machine at
 hand, in one run so that load and clock drift hit every variant alike:
 
 * the real trainers, with the command and environment the kit's launcher builds for ``--hw cpu``
@@ -44,8 +44,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from npu_kernels.cli_errors import entry_point  # noqa: E402
-from npu_kernels.platform import PROFILES, TCMALLOC_SWITCH, EnvVar, applied, dtype_overrides, find_tcmalloc  # noqa: E402
+from platforms import PROFILES, TCMALLOC_SWITCH, EnvVar, applied, dtype_overrides, find_tcmalloc  # noqa: E402
+from platforms.cli_errors import entry_point  # noqa: E402
 from recipes.smoke.progress import RL_STEP_TIME, SFT_STEP_TIME, step_metrics, step_times  # noqa: E402
 from recipes.smoke.supervisor import kit_env  # noqa: E402
 

@@ -38,10 +38,10 @@ if str(REPO_ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
+import platforms as kit_platform  # noqa: E402
 from npu_kernels import ops as kernel_ops  # noqa: E402
 from npu_kernels import patcher  # noqa: E402
-from npu_kernels import platform as kit_platform  # noqa: E402
-from npu_kernels.cli_errors import entry_point  # noqa: E402
+from platforms.cli_errors import entry_point  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from npu_kernels.cli_errors import entry_point  # noqa: E402
+from platforms.cli_errors import entry_point  # noqa: E402
 from recipes.retool.reward import compute_score  # noqa: E402
 from recipes.retool.verify import math_verify_pool  # noqa: E402
 

@@ -40,7 +40,7 @@ patch does not apply (the tree is left as it was), a clone or download fails, or
 EOF
 }
 
-# The kit's exit codes (npu_kernels/cli_errors.py): 1 a step failed, 2 the input is wrong; one line either way.
+# The kit's exit codes (platforms/cli_errors.py): 1 a step failed, 2 the input is wrong; one line either way.
 die() { echo "setup_verl: error: $*" >&2; exit 1; }
 die_usage() { echo "setup_verl: error: $*" >&2; exit 2; }
 log() { echo "setup_verl: $*"; }

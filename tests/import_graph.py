@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("npu_kernels", "recipes", "sandbox", "scripts")
+PACKAGES = ("platforms", "npu_kernels", "recipes", "sandbox", "scripts")
 
 
 def module_name(path: Path, root: Path = REPO_ROOT) -> str:

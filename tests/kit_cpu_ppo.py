@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kit_testing import kit_env
 
-from npu_kernels.platform import CPU
+from platforms import CPU
 
 
 def common_overrides(assets: Mapping[str, Path], ckpt: Path) -> list[str]:

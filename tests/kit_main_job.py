@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kit_testing import REPO_ROOT, kit_env
 
-from npu_kernels.platform import CPU
+from platforms import CPU
 
 PIPELINE_STAGES = ["env", "model", "data", "sft", "merge", "tool-call check", "sandbox", "rl", "eval", "plots"]
 PLOTS = {"val_acc", "reward", "response_length", "turns", "step_time", "overview"}

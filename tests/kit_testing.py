@@ -325,7 +325,7 @@ def require_vllm() -> None:
     """Skip (or, with KIT_REQUIRE_VLLM=1, fail) a test that needs verl's vLLM rollout on this machine's CPU."""
     import pytest
 
-    from npu_kernels.platform import CPU
+    from platforms import CPU
 
     engine = CPU.rollout_engine()
     if engine.name == "vllm":

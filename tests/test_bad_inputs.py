@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, free_port, kit_env
 
-from npu_kernels.cli_errors import EXIT_FAILED, EXIT_USAGE
+from platforms.cli_errors import EXIT_FAILED, EXIT_USAGE
 
 BIN = Path(sys.executable).parent
 INSTALL = [
@@ -100,7 +100,7 @@ def _generations_and(plant: Callable[[Path], object]) -> Callable[[Path], object
 @dataclass(frozen=True)
 class Row:
     """``argv`` (``{tmp}`` is the row's folder, ``{dead}`` a URL nothing answers), the words the error line must
-    show, and the exit code (npu_kernels/cli_errors.py: 2 the input is wrong, 1 a check or a service failed)."""
+    show, and the exit code (platforms/cli_errors.py: 2 the input is wrong, 1 a check or a service failed)."""
 
     argv: list[str]
     shows: str
@@ -403,7 +403,7 @@ ROWS = {
     ),
     "models tiny --seed -1": Row([*MODELS, "tiny", "--out", "{tmp}/m", "--seed", "-1"], "--seed: -1 is out of range"),
     "platform env --hw bogus": Row(
-        [sys.executable, "-m", "npu_kernels.platform", "env", "--phase", "rl", "--hw", "bogus"],
+        [sys.executable, "-m", "platforms", "env", "--phase", "rl", "--hw", "bogus"],
         "invalid choice: 'bogus'",
     ),
 }

@@ -65,7 +65,7 @@ def test_commands_and_environments(bench, stage: str, tmp_path: Path, monkeypatc
     """Each variant runs the launcher's own command for --hw cpu with the cpu environment, changed only as named."""
     fake = tmp_path / "libtcmalloc_minimal.so.4"
     fake.write_bytes(b"")
-    monkeypatch.setattr("npu_kernels.platform.cpu.find_tcmalloc", lambda: str(fake))
+    monkeypatch.setattr("platforms.cpu.find_tcmalloc", lambda: str(fake))
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     monkeypatch.delenv("KIT_CPU_TCMALLOC", raising=False)
     runner = bench.Bench(tmp_path / "out", sft_steps=3, rl_steps=2, timeout=10)

@@ -1,4 +1,4 @@
-"""The one error boundary (npu_kernels/cli_errors.py) and the sandbox's copy, and that every entry point uses it.
+"""The one error boundary (platforms/cli_errors.py) and the sandbox's copy, and that every entry point uses it.
 
 What would fail: a command whose ``main`` loses ``@entry_point`` (its expected failures become tracebacks again), a
 module that defines its own ``EXIT_*`` codes again, the sandbox's copy drifting from the kit's (another code or
@@ -18,16 +18,16 @@ import pytest
 import tomllib
 from kit_testing import REPO_ROOT
 
-import npu_kernels.cli_errors as kit
+import platforms.cli_errors as kit
 import sandbox.cli_errors as box
 
 COPIES = {"kit": kit, "sandbox": box}
 SCRIPTS = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
 #: ``python -m`` / script entry points users (or the run scripts) call, beside the console scripts.
 MODULE_ENTRIES = (
-    "npu_kernels.platform.cli",
-    "npu_kernels.platform.images",
-    "npu_kernels.platform.vllm_cpu",
+    "platforms.cli",
+    "platforms.images",
+    "platforms.vllm_cpu",
     "npu_kernels.patcher",
     "recipes.launch.cluster",
     "recipes.launch.containers",
@@ -38,7 +38,7 @@ MODULE_ENTRIES = (
     "recipes.smoke.make_data",
     "recipes.smoke.tiny_model",
 )
-PACKAGES = ("npu_kernels", "recipes", "sandbox", "scripts")
+PACKAGES = ("platforms", "npu_kernels", "recipes", "sandbox", "scripts")
 
 
 def _raising(exc: BaseException) -> Callable[[list[str] | None], int]:
@@ -127,7 +127,7 @@ def test_option_types_refuse_out_of_range_values() -> None:
 def test_every_entry_point_is_behind_the_boundary(entry: str) -> None:
     module, _, function = entry.partition(":")
     main = getattr(importlib.import_module(module), function)
-    assert hasattr(main, "__wrapped__"), f"{entry} is not wrapped by @entry_point (npu_kernels/cli_errors.py)"
+    assert hasattr(main, "__wrapped__"), f"{entry} is not wrapped by @entry_point (platforms/cli_errors.py)"
 
 
 def _python_files() -> list:
@@ -135,7 +135,7 @@ def _python_files() -> list:
 
 
 def test_exit_codes_are_defined_once() -> None:
-    owners = {REPO_ROOT / "npu_kernels" / "cli_errors.py", REPO_ROOT / "sandbox" / "cli_errors.py"}
+    owners = {REPO_ROOT / "platforms" / "cli_errors.py", REPO_ROOT / "sandbox" / "cli_errors.py"}
     defined = []
     for path in _python_files():
         for node in ast.parse(path.read_text()).body:
@@ -143,22 +143,4 @@ def test_exit_codes_are_defined_once() -> None:
             names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
             if any(name.startswith("EXIT_") for name in names) and path not in owners:
                 defined.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
-    assert defined == [], f"exit codes defined outside npu_kernels/cli_errors.py: {defined}"
-
-
-def test_the_sandbox_stands_alone_and_the_kernels_do_not_import_the_recipes() -> None:
-    """Every import, module level or inside a function or a ``try`` (issue 22 item 5: ``bench --recipe`` once asked
-    the kit lazily): what the sandbox needs from a recipe comes in as a number (``retool-launch demand``)."""
-    wrong = []
-    for path in _python_files():
-        package = path.relative_to(REPO_ROOT).parts[0]
-        forbidden = {"sandbox": ("recipes", "npu_kernels"), "npu_kernels": ("recipes",)}.get(package, ())
-        for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            names += [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
-            wrong += [
-                f"{path.relative_to(REPO_ROOT)}:{node.lineno} imports {n}"
-                for n in names
-                if n.split(".")[0] in forbidden
-            ]
-    assert wrong == []
+    assert defined == [], f"exit codes defined outside platforms/cli_errors.py: {defined}"

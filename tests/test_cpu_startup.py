@@ -18,9 +18,9 @@ import types
 import pytest
 from kit_testing import require_vllm
 
-from npu_kernels.platform import post_import, vllm_cpu_probe
-from npu_kernels.platform.base import RL_RAY_DASHBOARD_KEY
-from npu_kernels.platform.cpu import EXTERNAL_MODULES_ENV, VLLM_PROBE_MODULE, CpuPlatform
+from platforms import post_import, vllm_cpu_probe
+from platforms.base import RL_RAY_DASHBOARD_KEY
+from platforms.cpu import EXTERNAL_MODULES_ENV, VLLM_PROBE_MODULE, CpuPlatform
 from recipes.smoke.supervisor import kit_env
 
 IPEX = "intel_extension_for_pytorch"
@@ -63,7 +63,7 @@ def test_the_unpin_module_waits_for_vllms_cpu_worker() -> None:
     require_vllm()
     result = _fresh(f"""
         import json, sys
-        import npu_kernels.platform.vllm_cpu_probe, npu_kernels.platform.vllm_cpu_threads
+        import platforms.vllm_cpu_probe, platforms.vllm_cpu_threads
         before = {{"worker": "vllm.v1.worker.cpu_worker" in sys.modules, "ipex": {IPEX!r} in sys.modules}}
         from vllm.v1.worker.cpu_worker import CPUWorker
         print(json.dumps({{**before, "wrapped": getattr(CPUWorker.init_device, "_kit_unpinned", False)}}))

@@ -1,8 +1,10 @@
-"""Imports run one way: the kit's modules form no cycle, function-level imports included (issue 22 item 5).
+"""Imports run one way: the kit's modules form no cycle, and each layer imports only the layers below it.
 
-What would fail: two modules that import each other, at module level or lazily inside a function (the way
-``sandbox/bench.py`` and ``sandbox/bench_burst.py`` did: one direction hidden in ``run_bench_cli``), or a longer
-ring. The graph is read with ``ast`` (tests/import_graph.py), so the check imports nothing and takes a second.
+What would fail: two modules that import each other, at module level or lazily inside a function (issue 22 item 5:
+``sandbox/bench.py`` and ``sandbox/bench_burst.py``, one direction hidden in ``run_bench_cli``), or a longer ring;
+and an import up the layers (issue 41: the recipe code's ``bundle.py`` took two folder names from the launcher, the
+launcher's ``restart.py`` and ``node_sandbox.py`` took a process helper from the main job). The graph is read with
+``ast`` (tests/import_graph.py), so the check imports nothing and takes a second.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ def test_the_kit_has_no_import_cycles() -> None:
 
 
 def test_the_recipes_reach_no_doctor_internals() -> None:
-    """What the launchers share with the doctor lives below both (``npu_kernels/platform/netprobe.py``); the recipes
+    """What the launchers share with the doctor lives below both (``platforms/netprobe.py``); the recipes
     run the doctor as a command (``retool-doctor``), never through its modules."""
     files = source_files()
     wrong = [
@@ -26,9 +28,71 @@ def test_the_recipes_reach_no_doctor_internals() -> None:
         for module, path in files.items()
         if module.startswith("recipes.")
         for name, line in imported_names(path, module)
-        if (owner(name, set(files)) or "").startswith("npu_kernels.doctor.")
+        if (owner(name, set(files)) or "").startswith("platforms.doctor.")
     ]
-    assert wrong == [], "move what the recipes need from the doctor down to npu_kernels/platform/"
+    assert wrong == [], "move what the recipes need from the doctor down to platforms/"
+
+
+#: The kit's layers, lowest first: a module may import its own layer and those before it. The sandbox is a service
+#: that stands alone: it imports none of them (the recipe code may read its settings, e.g. what its workers preload).
+LAYERS = (
+    ("the platform layer, pins, the error boundary, the doctor", "platforms"),
+    ("the fused kernels", "npu_kernels"),
+    ("the recipe code: reward, tool, dataset, data prep", "recipes.retool"),
+    ("the launcher", "recipes.launch"),
+    ("the main job", "recipes.smoke"),
+    ("scripts", "scripts"),
+)
+STANDS_ALONE = "sandbox"
+
+
+def layer_of(module: str) -> int | None:
+    """The index in :data:`LAYERS` of the layer ``module`` belongs to (the longest prefix); None for the sandbox and
+    for the ``recipes`` package root, which holds no code."""
+    matches = [i for i, (_, prefix) in enumerate(LAYERS) if module == prefix or module.startswith(prefix + ".")]
+    return matches[-1] if matches else None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for module, targets in sorted(graph.items()):
+        here = layer_of(module)
+        for target in sorted(targets):
+            there = layer_of(target)
+            if module.startswith(STANDS_ALONE + ".") or module == STANDS_ALONE:
+                if not (target == STANDS_ALONE or target.startswith(STANDS_ALONE + ".")):
+                    wrong.append(f"{module} -> {target} (the sandbox stands alone)")
+            elif here is not None and there is not None and there > here:
+                wrong.append(f"{module} ({LAYERS[here][0]}) -> {target} ({LAYERS[there][0]})")
+    return wrong
+
+
+def test_every_module_belongs_to_a_layer() -> None:
+    stray = [m for m in source_files() if layer_of(m) is None and m.split(".")[0] != STANDS_ALONE and m != "recipes"]
+    assert stray == [], f"modules in no layer of LAYERS: {stray}"
+
+
+def test_imports_run_down_the_layers() -> None:
+    wrong = upward_imports(build_graph(source_files()))
+    assert wrong == [], "imports up the layers (move what both need into the lower one):\n" + "\n".join(wrong)
+
+
+def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
+    """What the check would miss if it were broken: the recipe code reaching the launcher, even inside a function,
+    and the sandbox reaching the kit."""
+    graph = {
+        "recipes.retool.bundle": {"recipes.launch.inputs"},
+        "recipes.launch.restart": {"recipes.smoke.supervisor", "platforms.cli_errors"},
+        "recipes.smoke.cli": {"recipes.launch.plan", "recipes.retool.reward"},
+        "sandbox.cli": {"platforms.cli_errors"},
+        "recipes.retool.bundle_offline": {"sandbox.settings"},
+    }
+    assert upward_imports(graph) == [
+        "recipes.launch.restart (the launcher) -> recipes.smoke.supervisor (the main job)",
+        "recipes.retool.bundle (the recipe code: reward, tool, dataset, data prep) -> recipes.launch.inputs "
+        "(the launcher)",
+        "sandbox.cli -> platforms.cli_errors (the sandbox stands alone)",
+    ]
 
 
 def _tree(root: Path, files: dict[str, str]) -> dict[str, Path]:

@@ -93,8 +93,8 @@ def _case_patterns(text: str) -> list[str]:
 
 @pytest.mark.parametrize("script", shell_scripts(), ids=lambda p: str(p.relative_to(REPO_ROOT)))
 def test_no_shell_script_holds_a_hardware_table(script: Path) -> None:
-    """Issue 13: platforms and hardware profiles are known in one place (npu_kernels/platform); a shell script asks
-    `python -m npu_kernels.platform` instead of keeping a `case` over their names."""
+    """Issue 13: platforms and hardware profiles are known in one place (platforms); a shell script asks
+    `python -m platforms` instead of keeping a `case` over their names."""
     offenders = [p for p in _case_patterns(script.read_text()) if _HARDWARE_WORD.search(p)]
     assert not offenders, f"{script.name}: case patterns over hardware names {offenders}"
 

@@ -7,8 +7,8 @@ import subprocess
 import pytest
 from kit_testing import REPO_ROOT
 
-from npu_kernels import pins
-from npu_kernels.cli_errors import EXIT_USAGE, UsageError
+from platforms import pins
+from platforms.cli_errors import EXIT_USAGE, UsageError
 
 
 def test_bash_and_python_read_the_same_pins() -> None:

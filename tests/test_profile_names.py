@@ -3,7 +3,7 @@
 Every list of profile or platform names still spelled by hand (docs, usage comments, Dockerfiles, help text) must be
 one of the sets the registries define, so adding a profile fails here until each list names it (the lists used to
 omit ``h200`` in ~16 places); the CLIs' choices and help and the README's support matrix and image table are checked
-against :data:`~npu_kernels.platform.profiles.PROFILES` itself.
+against :data:`~platforms.profiles.PROFILES` itself.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from pathlib import Path
 
 from kit_testing import REPO_ROOT
 
-from npu_kernels.platform import PLATFORMS, PROFILES
-from npu_kernels.platform.cli import build_parser as platform_parser
-from npu_kernels.platform.cli import profiles_help
-from npu_kernels.platform.images import build_parser as images_parser
-from npu_kernels.platform.images import image_profiles
+from platforms import PLATFORMS, PROFILES
+from platforms.cli import build_parser as platform_parser
+from platforms.cli import profiles_help
+from platforms.images import build_parser as images_parser
+from platforms.images import image_profiles
 from recipes.launch.cli import build_parser as launch_parser
 from recipes.launch.cli import build_run_parser
 

@@ -6,7 +6,7 @@ import re
 
 from kit_testing import REPO_ROOT
 
-from npu_kernels import pins
+from platforms import pins
 
 README = (REPO_ROOT / "README.md").read_text()
 

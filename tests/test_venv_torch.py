@@ -88,7 +88,7 @@ def test_default_index_is_pytorch_cpu() -> None:
 def test_reachable_cpu_index_is_used(tmp_path: Path, index_url: str) -> None:
     proc, calls = _install(tmp_path, index_url)
     assert proc.returncode == 0, proc.stderr
-    from npu_kernels import pins
+    from platforms import pins
 
     version = pins.get("CPU_TORCH_VERSION")
     assert calls == [f"pip install --quiet --index-url {index_url} torch=={version}"]

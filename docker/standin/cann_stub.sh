@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Writes the STUB CANN toolkit and ATB trees of the NPU stand-in base (docker/standin/vllm_ascend.sh): the paths and
 # set_env.sh scripts the kit sources (docker/lib/kit-env.sh, scripts/lib/platform_env.sh) and the install record
-# retool-doctor reads the CANN release from (npu_kernels/ascend_probe.py), no library. Runs inside the build.
+# retool-doctor reads the CANN release from (platforms/ascend_probe.py), no library. Runs inside the build.
 #   cann_stub.sh CANN_VERSION
 set -euo pipefail
 version=$1

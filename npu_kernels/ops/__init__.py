@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from npu_kernels import platform as kit_platform
+import platforms as kit_platform
 from npu_kernels.ops import liger, npu, reference
 from npu_kernels.ops.base import OP_NAMES, KernelOps
 

@@ -17,8 +17,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from npu_kernels.platform import HardwareProfile, applied
-from npu_kernels.platform.base import RL_ENFORCE_EAGER_KEY, RL_JOB_ENV_KEY
+from platforms import HardwareProfile, applied
+from platforms.base import RL_ENFORCE_EAGER_KEY, RL_JOB_ENV_KEY
 from recipes.launch import trace
 from recipes.launch.catalog import ModelFacts
 from recipes.retool import REWARD_PATH
@@ -156,7 +156,7 @@ def check_job_env(cfg: DictConfig) -> list[str]:
 
 def check_rollout_env(cfg: DictConfig, profile: HardwareProfile, environ: Mapping[str, str]) -> list[str]:
     """The rollout mode against the environment the plan applies, by the platform's rule
-    (:meth:`~npu_kernels.platform.base.Platform.rollout_env_problems`; on NPU: graphs need a task queue below 2).
+    (:meth:`~platforms.base.Platform.rollout_env_problems`; on NPU: graphs need a task queue below 2).
 
     That environment is the profile's applied to ``environ`` (what the run script execs with, and what a ``plan``
     user sources), then the job's ``runtime_env`` variables, which every Ray worker, the vLLM engines included, gets.

@@ -8,7 +8,7 @@
     python -m recipes.launch demand --recipe qwen3_4b_dapo [--hw a3] [--layout per-node|shared]
 
 ``run`` is what ``recipes/run_<recipe>_npu.sh`` execs: it picks the profile (``--hw``, else
-:func:`npu_kernels.platform.default_hardware`), applies the profile's environment for the recipe's phase, plans,
+:func:`platforms.default_hardware`), applies the profile's environment for the recipe's phase, plans,
 and either prints the dry run or runs the exact verl command it approved as a child, its output teed into the run's
 log file (:mod:`recipes.launch.runlog`), under :mod:`recipes.launch.restart` (with ``--max-restarts N`` it relaunches
 the command, resuming, when it dies). ``plan`` plans the same
@@ -30,9 +30,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point, whole_number_arg
-from npu_kernels.platform import PROFILE_ENV, PROFILE_NAMES, PROFILES, REFERENCE_PROFILE, applied, default_hardware
-from npu_kernels.platform.cli import add_profile_option, profiles_help
+from platforms import PROFILE_ENV, PROFILE_NAMES, PROFILES, REFERENCE_PROFILE, applied, default_hardware
+from platforms.cli import add_profile_option, profiles_help
+from platforms.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point, whole_number_arg
 from recipes.launch import catalog, cluster, inputs, ray_cpus, restart, runlog
 from recipes.launch.capacity import recipe_demand
 from recipes.launch.plan import Plan, build

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, entry_point, fail, port_arg
-from npu_kernels.platform import PROFILES, default_hardware
+from platforms import PROFILES, default_hardware
+from platforms.cli_errors import EXIT_FAILED, EXIT_OK, entry_point, fail, port_arg
 
 PROG = "ray_cluster"
 START_RAY = "start one on every node with scripts/ray_cluster.sh head|worker"
@@ -283,7 +283,7 @@ NCCL_SOCKET_IFNAME/... on CUDA) to the interface that carries the node address, 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from npu_kernels.platform.cli import add_profile_option
+    from platforms.cli import add_profile_option
 
     parser = argparse.ArgumentParser(
         prog="bash scripts/ray_cluster.sh",

@@ -1,7 +1,7 @@
 """``docker/run_npu.sh`` and ``docker/run_cuda.sh``: the ``docker run`` of a kit image, composed here.
 
 The platform side (device nodes, driver mounts, ``--gpus``, the image of a profile) is
-:mod:`npu_kernels.platform.images`; this module adds what the recipes need: the workspace at /workspace, the Hugging
+:mod:`platforms.images`; this module adds what the recipes need: the workspace at /workspace, the Hugging
 Face cache, and the recipes' data roots (:data:`DATA_ROOTS`, names and defaults from :mod:`recipes.launch.inputs`)
 mounted at the same absolute path and passed by name. Without them a recipe inside writes its checkpoints to
 ``/root/checkpoints/...`` in the container's own layer, and ``--rm`` throws them away (issue 14). Runs on the host
@@ -21,10 +21,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_USAGE, UsageError, entry_point, fail
-from npu_kernels.platform.base import DeviceAccess
-from npu_kernels.platform.env import PHASES
-from npu_kernels.platform.images import (
+from platforms.base import DeviceAccess
+from platforms.cli_errors import EXIT_USAGE, UsageError, entry_point, fail
+from platforms.env import PHASES
+from platforms.images import (
     SANDBOX_NAMESPACE_ARGS,
     ScriptError,
     ScriptParser,
@@ -36,15 +36,16 @@ from npu_kernels.platform.images import (
     script_parser,
     short_name,
 )
-from npu_kernels.platform.profiles import PLATFORMS, Platform
+from platforms.profiles import PLATFORMS, Platform
 from recipes.launch import inputs
 from recipes.launch.mounts import EPHEMERAL_CKPT_ENV
+from recipes.retool import folders
 
 #: The roots the recipes read their model, data and checkpoints under, with the launcher's defaults.
 DATA_ROOTS: dict[str, str] = {
-    "MODELS_DIR": inputs.DEFAULT_MODELS_DIR,
-    "DATA_DIR": inputs.DEFAULT_DATA_DIR,
-    "CKPT_ROOT": inputs.DEFAULT_CKPT_ROOT,
+    "MODELS_DIR": folders.DEFAULT_MODELS_DIR,
+    "DATA_DIR": folders.DEFAULT_DATA_DIR,
+    "CKPT_ROOT": folders.DEFAULT_CKPT_ROOT,
 }
 WORKSPACE = "/workspace"
 CONTAINER_HF_CACHE = "/root/.cache/huggingface"

@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point, whole_number_arg
-from npu_kernels.platform import default_hardware
-from npu_kernels.platform.cli import add_profile_option
+from platforms import default_hardware
+from platforms.cli import add_profile_option
+from platforms.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point, whole_number_arg
 from recipes.launch import catalog, handoff, inputs
 from recipes.launch.plan import check_user_overrides, hydra_override, override_key
 

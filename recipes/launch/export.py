@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import UsageError, check_writable, entry_point, whole_number_arg
-from npu_kernels.platform import default_hardware
-from npu_kernels.platform.cli import add_profile_option
+from platforms import default_hardware
+from platforms.cli import add_profile_option
+from platforms.cli_errors import UsageError, check_writable, entry_point, whole_number_arg
 from recipes.launch import catalog, handoff
 
 PROG = "rl_to_hf"

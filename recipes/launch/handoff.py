@@ -26,9 +26,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_OK, KitError, UsageError, entry_point, whole_number_arg
-from npu_kernels.platform import default_hardware
-from npu_kernels.platform.cli import add_profile_option
+from platforms import default_hardware
+from platforms.cli import add_profile_option
+from platforms.cli_errors import EXIT_OK, KitError, UsageError, entry_point, whole_number_arg
 from recipes.launch import catalog, inputs
 
 MARKER = "kit_merge.json"

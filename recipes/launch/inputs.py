@@ -13,13 +13,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.platform.base import RL_JOB_ENV_KEY
+from platforms.base import RL_JOB_ENV_KEY
 from recipes.launch.catalog import KIT_ROOT, MERGED_DIR_NAME, Recipe
+from recipes.retool.folders import DEFAULT_CKPT_ROOT, DEFAULT_DATA_DIR, DEFAULT_MODELS_DIR
 
-#: Defaults of the root folders; each can be set by the environment variable of the same name.
-DEFAULT_DATA_DIR = "~/data/retool"
-DEFAULT_MODELS_DIR = "~/models"
-DEFAULT_CKPT_ROOT = "~/checkpoints/retool"
 DEFAULT_SANDBOX_URL = "http://127.0.0.1:8080/run_code"
 #: The scale (config group ``scale``) whose default model is the kit's tiny stand-in, not a hub checkpoint.
 SMOKE_SCALE = "smoke"

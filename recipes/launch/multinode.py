@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from omegaconf import DictConfig
 
-from npu_kernels.platform import PROFILES
+from platforms import PROFILES
 from recipes.launch import nodenet
 from recipes.launch.capacity import is_loopback
 

@@ -31,7 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from recipes.launch.inputs import DEFAULT_SANDBOX_URL
-from recipes.smoke.supervisor import kill_group  # one way to end a process group, shared with the smoke
+from recipes.launch.process_group import kill_group
 
 KIT_ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"

@@ -4,11 +4,11 @@ One place for both multi-node launchers: ``scripts/ray_cluster.sh`` (Ray: the ra
 verl worker on the node inherits) and the torchrun command of multi-node SFT (:mod:`recipes.launch.plan`). Why
 set them at all: unset, HCCL/NCCL, Gloo and TensorPipe each pick an interface by their own rule, and on a multi-NIC
 host (management NIC, business NIC, docker0) that can be one the other nodes cannot reach; the job then hangs in
-``init_process_group`` (see :mod:`npu_kernels.doctor.network`, which reports the same interface). Which variables
+``init_process_group`` (see :mod:`platforms.doctor.network`, which reports the same interface). Which variables
 is the platform's fact (``Platform.socket_ifname_vars``).
 
 Machine reads go through :class:`NetProbes` (``ip -o -4 addr show``, the route's source address, ``hostname -I``)
-so tests can describe any host; the readers themselves are :mod:`npu_kernels.platform.netprobe`, which the doctor
+so tests can describe any host; the readers themselves are :mod:`platforms.netprobe`, which the doctor
 reads the host with too.
 """
 
@@ -22,8 +22,8 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from npu_kernels.platform import Platform
-from npu_kernels.platform.netprobe import DEFAULT_ROUTE_PEER, parse_ip_addr, route_source, run_ip_addr
+from platforms import Platform
+from platforms.netprobe import DEFAULT_ROUTE_PEER, parse_ip_addr, route_source, run_ip_addr
 
 #: Names the interface instead of detecting it (both launchers; ``ray_cluster.sh --ifname`` wins over it).
 IFNAME_ENV = "KIT_IFNAME"

@@ -1,7 +1,7 @@
 """``--parity``: run the reference configuration on the kit's stack, every kit numerical change turned off.
 
 Why: the kit deviates from the reference runs where it has evidence (the ``kit:`` comments in recipes/config and the
-reasons in npu_kernels/platform), but a user reproducing a published number must be able to rule those out. With
+reasons in platforms), but a user reproducing a published number must be able to rule those out. With
 ``--parity`` the launcher undoes each change that alters what the model computes or sees:
 
 * fused kernels: ``KIT_FUSED_KERNELS=off`` in every process (npu_kernels.auto then patches nothing, so verl 0.6.1's

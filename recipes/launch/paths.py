@@ -44,9 +44,9 @@ def _finish_hint(path: str, source: Input | None, problem: str) -> str:
 
 
 def check_model(path: str, source: Input | None) -> list[Problem]:
-    """A complete Hugging Face model folder (npu_kernels/platform/model_folder.py, shared with retool-doctor --model):
+    """A complete Hugging Face model folder (platforms/model_folder.py, shared with retool-doctor --model):
     config.json and every weight shard its index names (issue 33 finding 1: 1 of 4 shards passed as "dry run OK")."""
-    from npu_kernels.platform import model_folder
+    from platforms import model_folder
 
     hint = f"\n  -> {source.hint}, or set MODEL_PATH" if source else ""
     folder = model_folder.inspect(path)
@@ -91,7 +91,7 @@ def check_data(path: str, source: Input | None, phase: str) -> list[Problem]:
 
 def _run_scripts() -> str:
     """The kit's docker run wrappers, from the platforms (``docker/run_npu.sh, docker/run_cuda.sh or ...``)."""
-    from npu_kernels.platform import PLATFORMS
+    from platforms import PLATFORMS
 
     scripts = [p.run_script for p in PLATFORMS.values() if p.run_script]
     return " or ".join([", ".join(scripts[:-1]), scripts[-1]]) if len(scripts) > 1 else "".join(scripts)

@@ -2,7 +2,7 @@
 
 One function, :func:`build`, serves both the dry run and the real launch, so what a dry run approves is byte for
 byte what runs. The command is assembled from, in order: the hardware profile (``profile=<hw>``), the device
-abstraction's overrides and devices per node (:mod:`npu_kernels.platform`), the environment inputs
+abstraction's overrides and devices per node (:mod:`platforms`), the environment inputs
 (:mod:`recipes.launch.inputs`), the kit's own files (reward, tool config), and last the user's overrides, which win:
 any key the user sets drops the launcher's value for it.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from npu_kernels.cli_errors import OVERRIDE_KEY, UsageError  # the request itself is wrong: a bad override, ...
-from npu_kernels.platform import PROFILES, current_platform
+from platforms import PROFILES, current_platform
+from platforms.cli_errors import OVERRIDE_KEY, UsageError  # the request itself is wrong: a bad override, ...
 from recipes.launch import budget, checks, cluster, compose, inputs, memory, multinode, paths, ray_cpus, trace
 from recipes.launch import parity as parity_settings
 from recipes.launch.catalog import CONFIG_DIR, Recipe

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig, OmegaConf
 
-from npu_kernels.cli_errors import UsageError
+from platforms.cli_errors import UsageError
 from recipes.launch.checks import world_size
 
 #: Rollout engines whose async mode starts server actors of their own.

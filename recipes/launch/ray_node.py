@@ -26,8 +26,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import KitError, UsageError
-from npu_kernels.platform import PROFILES, applied
+from platforms import PROFILES, applied
+from platforms.cli_errors import KitError, UsageError
 from recipes.launch import node_sandbox, nodenet
 
 KIT_ROOT = Path(__file__).resolve().parents[2]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from npu_kernels.platform import PROFILES, current_platform
+from platforms import PROFILES, current_platform
 from recipes.launch import budget, capacity, inputs, memory, parity, ray_cpus, runlog, trace
 from recipes.launch.checks import world_size
 from recipes.launch.plan import Plan

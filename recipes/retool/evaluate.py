@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from npu_kernels.cli_errors import EXIT_OK, UsageError, check_writable, counts_arg, entry_point
+from platforms.cli_errors import EXIT_OK, UsageError, check_writable, counts_arg, entry_point
 from recipes.retool.generations import (
     OUTPUT_KEYS,
     Sample,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npu_kernels.cli_errors import MissingPathError, UsageError
+from platforms.cli_errors import MissingPathError, UsageError
 from recipes.retool.tool_output import response_outcomes
 
 INPUT_KEYS = ("input", "prompt", "question", "problem")

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, check_writable, entry_point, fail
+from platforms.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, check_writable, entry_point, fail
 
 
 @dataclass(frozen=True)

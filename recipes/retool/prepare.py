@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from npu_kernels.cli_errors import EXIT_OK, UsageError, check_writable, entry_point, whole_number_arg
+from platforms.cli_errors import EXIT_OK, UsageError, check_writable, entry_point, whole_number_arg
 from recipes.retool.rows import dedup_key, to_rl_row
 from recipes.retool.sft import to_sft_row
 from recipes.retool.sources import (

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from npu_kernels.cli_errors import MissingPathError, UsageError
+from platforms.cli_errors import MissingPathError, UsageError
 
 FORMATS = ("retool_rl", "dapo", "aime_maxwell", "problem_answer", "sft_multiturn", "retool_sft_raw")
 RL_FORMATS = ("retool_rl", "dapo", "aime_maxwell", "problem_answer")

@@ -48,10 +48,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point
+from platforms.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point
+from recipes.launch.process_group import kill_group
 from recipes.smoke.report import reusable_sft_problem
 from recipes.smoke.sabotage import MARKER, SABOTAGES, switched_on
-from recipes.smoke.supervisor import KIT_ROOT, exit_on_signals, kill_group, popen_tied
+from recipes.smoke.supervisor import KIT_ROOT, exit_on_signals, popen_tied
 
 SHIPPED = "shipped"
 RUNS = (SHIPPED, *(sabotage.name for sabotage in SABOTAGES))

@@ -28,10 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from npu_kernels.cli_errors import EXIT_OK, EXIT_USAGE, UsageError, check_writable, entry_point, hydra_override_arg
+from platforms.cli_errors import EXIT_OK, EXIT_USAGE, UsageError, check_writable, entry_point, hydra_override_arg
 
 if TYPE_CHECKING:
-    from npu_kernels.platform import HardwareProfile, Platform
+    from platforms import HardwareProfile, Platform
 
 KIT_ROOT = Path(__file__).resolve().parents[2]
 #: --rollout choices: verl's rollout names the smoke can run.
@@ -69,7 +69,7 @@ def default_out() -> Path:
 
 
 def _platform_names() -> list[str]:
-    from npu_kernels.platform import PLATFORMS
+    from platforms import PLATFORMS
 
     return list(PLATFORMS)
 
@@ -211,10 +211,10 @@ class Target:
 
 def resolve_target(choice: str) -> Target:
     """The platform (``auto``: detected in this interpreter) and its profile: KIT_HW when it is a profile of that
-    platform, else this machine's (the kit's one rule, :func:`npu_kernels.platform.profiles.default_profile_on`). An
+    platform, else this machine's (the kit's one rule, :func:`platforms.profiles.default_profile_on`). An
     interpreter without torch is no accelerator interpreter: auto means cpu. A bad KIT_DEVICE or KIT_HW raises the
     platform's UsageError."""
-    from npu_kernels.platform import CPU, PLATFORMS, default_profile_on, detect
+    from platforms import CPU, PLATFORMS, default_profile_on, detect
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a forced, unavailable platform: checked below
@@ -244,7 +244,7 @@ def interpreter_problems(target: Target) -> list[str]:
 
 def runner(args: argparse.Namespace) -> str:
     """``venv``, or this interpreter's path (after checking that it can run the smoke on the platform)."""
-    from npu_kernels.platform.images import IMAGE_ENV
+    from platforms.images import IMAGE_ENV
 
     target = resolve_target(args.platform)
     if target.needs_venv and os.environ.get(IMAGE_ENV) != target.profile.name:

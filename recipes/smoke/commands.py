@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from npu_kernels.cli_errors import UsageError
-from npu_kernels.platform import HardwareProfile, RolloutEngine, applied
-from npu_kernels.platform.base import RL_ROLLOUT_NAME_KEY as ROLLOUT_NAME_KEY
+from platforms import HardwareProfile, RolloutEngine, applied
+from platforms.base import RL_ROLLOUT_NAME_KEY as ROLLOUT_NAME_KEY
+from platforms.cli_errors import UsageError
 from recipes.launch import catalog
 from recipes.launch.mounts import EPHEMERAL_CKPT_ENV
 from recipes.smoke.sandbox_service import sandbox_command

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from npu_kernels.cli_errors import entry_point
+from platforms.cli_errors import entry_point
 from recipes.retool.schema import ABILITY, AGENT_NAME
 
 OPERANDS = range(1000, 10000)

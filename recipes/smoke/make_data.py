@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from npu_kernels.cli_errors import entry_point
+from platforms.cli_errors import entry_point
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 SEED = 20250101

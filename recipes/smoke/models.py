@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from npu_kernels.cli_errors import EXIT_OK, entry_point, whole_number_arg
+from platforms.cli_errors import EXIT_OK, entry_point, whole_number_arg
 from recipes.smoke import smollm2, tiny_model
 
 SMOLLM2_DESCRIPTION = """\

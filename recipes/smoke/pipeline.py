@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from npu_kernels.platform import HardwareProfile
+from platforms import HardwareProfile
 from recipes.launch.trace import rollout_traces
 from recipes.smoke.commands import FAST, SCALE, STAGES, Sizes, SmokeCommands
 from recipes.smoke.progress import RL_STEP_TIME, SFT_STEP_TIME, Progress, median_step_seconds, step_metrics

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recipes.smoke.supervisor import StageError, free_port, http_get, kill_group, popen_tied
+from recipes.launch.process_group import kill_group
+from recipes.smoke.supervisor import StageError, free_port, http_get, popen_tied
 
 READY_TIMEOUT_S = 60.0
 

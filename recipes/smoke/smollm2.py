@@ -39,8 +39,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from npu_kernels import pins
-from npu_kernels.cli_errors import KitError, MissingPathError, UsageError
+from platforms import pins
+from platforms.cli_errors import KitError, MissingPathError, UsageError
 from recipes.retool.bundle import file_sha256
 from recipes.smoke.build_cache import digest, is_cached, locked, move_into, version, write_fingerprint
 

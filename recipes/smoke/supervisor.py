@@ -26,6 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
+from recipes.launch.process_group import kill_group
 from recipes.smoke.progress import FirstStepClock, Progress, read_tail
 
 KIT_ROOT = Path(__file__).resolve().parents[2]
@@ -133,38 +134,6 @@ def popen_tied(
         start_new_session=True,
         preexec_fn=preexec,  # the pipeline starts no threads of its own: fork + a ctypes call is safe here
     )
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
-
-
-def kill_group(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """SIGTERM to ``proc``'s whole process group, SIGKILL after ``grace_s`` to whatever of it is left.
-
-    The group, not the leader, decides: the leader may be gone already (a trainer killed by a fault) while what it
-    started (a local Ray head) still runs in its group."""
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        pass
-    while _group_alive(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if _group_alive(proc.pid):
-        os.killpg(proc.pid, signal.SIGKILL)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def run_logged(

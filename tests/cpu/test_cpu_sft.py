@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from kit_testing import kit_env, step_metrics, tiny_model_dir
 
-from npu_kernels.platform import CPU
+from platforms import CPU
 from recipes.launch.handoff import merger_command
 from recipes.retool.schema import TOOL_SCHEMA
 

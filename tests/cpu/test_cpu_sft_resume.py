@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from kit_testing import kit_env, tiny_model_dir
 
-from npu_kernels.platform import CPU
+from platforms import CPU
 from recipes.launch import restart
 
 pytestmark = pytest.mark.slow

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env
 
-from npu_kernels import pins
-from npu_kernels.platform import PROFILES
-from npu_kernels.platform.images import image_profiles
+from platforms import PROFILES, pins
+from platforms.images import image_profiles
 
 DOCKER = REPO_ROOT / "docker"
 #: Every profile with an image -> its Dockerfile's name (the profiles' data; build.sh holds no table).
@@ -164,7 +163,7 @@ def test_requirements_have_names_only_and_cover_the_pins() -> None:
     assert not names & image_owned, f"these come with the base image or must never be installed: {names & image_owned}"
 
 
-_CONSTRAINTS_RUN = 'python3 -m npu_kernels.platform constraints --hw "${KIT_HW}" > "${PIP_CONSTRAINT}"'
+_CONSTRAINTS_RUN = 'python3 -m platforms constraints --hw "${KIT_HW}" > "${PIP_CONSTRAINT}"'
 
 
 def _copied_before_constraints(dockerfile: str, dest: Path) -> None:
@@ -193,7 +192,7 @@ def _constraints(hw: str, tmp_path: Path) -> list[str]:
     root = tmp_path / "kit"
     _copied_before_constraints(DOCKERFILES[hw], root)
     proc = subprocess.run(
-        [sys.executable, "-S", "-m", "npu_kernels.platform", "constraints", "--hw", hw, "--python", sys.executable],
+        [sys.executable, "-S", "-m", "platforms", "constraints", "--hw", hw, "--python", sys.executable],
         capture_output=True,
         text=True,
         timeout=30,
@@ -242,12 +241,12 @@ def test_build_time_commands_are_valid(name: str) -> None:
     """The doctor and env commands the Dockerfiles run must parse and behave here too (the image build is the
     first place a typo would show, after an hour of downloads)."""
     text = (DOCKER / name).read_text().replace("\\\n", " ")
-    doctor_cmd = re.search(r"python3 -m npu_kernels\.doctor ([^;]*);", text)
+    doctor_cmd = re.search(r"python3 -m platforms\.doctor ([^;]*);", text)
     assert doctor_cmd, f"{name} must verify the image with retool-doctor"
     hw = next(profile for profile, dockerfile in sorted(DOCKERFILES.items()) if dockerfile == name)
     args = shlex.split(doctor_cmd.group(1).replace('"${KIT_HW}"', hw))
     proc = subprocess.run(
-        [sys.executable, "-m", "npu_kernels.doctor", *args, "--json"],
+        [sys.executable, "-m", "platforms.doctor", *args, "--json"],
         env=kit_env(KIT_DEVICE="cpu"),
         capture_output=True,
         text=True,
@@ -256,11 +255,11 @@ def test_build_time_commands_are_valid(name: str) -> None:
     assert proc.returncode in (0, 1), proc.stderr  # 1: this CPU venv is not the image's stack; 2 would be a usage error
     groups = {c["check"].split(".")[0] for c in json.loads(proc.stdout)["checks"]}
     assert groups <= {"versions", "patches"}
-    env_cmd = re.search(r'python3 -m npu_kernels\.platform env --phase "\$\{phase\}" --hw "\$\{KIT_HW\}"', text)
-    assert env_cmd, f"{name} must generate the env presets with npu_kernels.platform"
+    env_cmd = re.search(r'python3 -m platforms env --phase "\$\{phase\}" --hw "\$\{KIT_HW\}"', text)
+    assert env_cmd, f"{name} must generate the env presets with platforms"
     for phase in ("sft", "rl"):
         out = subprocess.run(
-            [sys.executable, "-m", "npu_kernels.platform", "env", "--phase", phase, "--hw", hw],
+            [sys.executable, "-m", "platforms", "env", "--phase", phase, "--hw", hw],
             env=kit_env(),
             capture_output=True,
             text=True,

@@ -10,8 +10,7 @@ import sys
 
 from kit_testing import REPO_ROOT
 
-from npu_kernels import pins
-from npu_kernels.platform import PROFILES
+from platforms import PROFILES, pins
 
 
 def _harness():

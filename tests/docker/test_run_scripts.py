@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env
 
-from npu_kernels import pins
-from npu_kernels.platform import PROFILES
+from platforms import PROFILES, pins
 from recipes.launch import inputs
 from recipes.launch.catalog import RECIPES
 from recipes.launch.containers import DATA_ROOTS
+from recipes.retool import folders
 
 DOCKER = REPO_ROOT / "docker"
 CONTROL = ("davinci_manager", "devmm_svm", "hisi_hdc")
@@ -202,7 +202,7 @@ def test_entrypoint_sources_cann_atb_and_the_kit_preset(tmp_path: Path) -> None:
     env_dir.mkdir()
     for phase in ("sft", "rl"):
         out = subprocess.run(
-            [sys.executable, "-m", "npu_kernels.platform", "env", "--phase", phase, "--hw", "a3"],
+            [sys.executable, "-m", "platforms", "env", "--phase", phase, "--hw", "a3"],
             env=kit_env(),
             capture_output=True,
             text=True,
@@ -240,9 +240,9 @@ def _env_args(words: list[str]) -> dict[str, str]:
 def test_data_roots_are_the_launchers_own() -> None:
     """Names and defaults come from recipes/launch/inputs.py (one source), and the launcher documents each name."""
     assert DATA_ROOTS == {
-        "MODELS_DIR": inputs.DEFAULT_MODELS_DIR,
-        "DATA_DIR": inputs.DEFAULT_DATA_DIR,
-        "CKPT_ROOT": inputs.DEFAULT_CKPT_ROOT,
+        "MODELS_DIR": folders.DEFAULT_MODELS_DIR,
+        "DATA_DIR": folders.DEFAULT_DATA_DIR,
+        "CKPT_ROOT": folders.DEFAULT_CKPT_ROOT,
     }
     assert set(DATA_ROOTS) <= set(inputs.ENV_DOC)
 
@@ -389,7 +389,7 @@ def test_help_names_the_mounted_roots() -> None:
 def test_the_sandbox_can_make_its_namespaces_unless_told_not_to(script: str) -> None:
     """Measured (docker 20.10): with docker's default seccomp profile and masked /proc, bubblewrap inside the
     container cannot create its namespaces and the sandbox falls back; the run scripts lift both by default."""
-    from npu_kernels.platform.images import SANDBOX_NAMESPACE_ARGS
+    from platforms.images import SANDBOX_NAMESPACE_ARGS
 
     words = shlex.split(_run(script, "--dry-run").stdout)
     joined = " ".join(words)

@@ -25,8 +25,7 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT
 
-from npu_kernels import pins
-from npu_kernels.platform import PROFILES
+from platforms import PROFILES, pins
 
 A3_DEVICES = 16
 #: This node's address and the interface that carries it, among a loopback and a docker bridge.
@@ -400,7 +399,7 @@ class FakeA3:
             *extra,
         ]
         proc = subprocess.run(
-            [sys.executable, "-m", "npu_kernels.doctor", *args],
+            [sys.executable, "-m", "platforms.doctor", *args],
             env=env if env is not None else self.env,
             capture_output=True,
             text=True,

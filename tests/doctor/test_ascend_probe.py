@@ -1,11 +1,11 @@
-"""Parsers of npu_kernels.ascend_probe on the formats CANN and npu-smi actually print."""
+"""Parsers of platforms.ascend_probe on the formats CANN and npu-smi actually print."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
-from npu_kernels.ascend_probe import (
+from platforms.ascend_probe import (
     package_mentions,
     parse_npu_smi_info,
     read_cann_version,

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env
 
-from npu_kernels.doctor.cli import CHECKS, REGISTRY, render_table, run_checks
-from npu_kernels.doctor.host import _dist_backend
-from npu_kernels.doctor.network import selects
-from npu_kernels.doctor.probes import FAIL, INFO, OK, WARN, Options, Probes, Result
-from npu_kernels.doctor.run import sandbox_base
-from npu_kernels.platform import CPU, NPU, PROFILES, HardwareProfile
-from npu_kernels.platform.cpu import CpuPlatform
-from npu_kernels.platform.netprobe import parse_ip_addr
+from platforms import CPU, NPU, PROFILES, HardwareProfile
+from platforms.cpu import CpuPlatform
+from platforms.doctor.cli import CHECKS, REGISTRY, render_table, run_checks
+from platforms.doctor.host import _dist_backend
+from platforms.doctor.network import selects
+from platforms.doctor.probes import FAIL, INFO, OK, WARN, Options, Probes, Result
+from platforms.doctor.run import sandbox_base
+from platforms.netprobe import parse_ip_addr
 
 # Variables of the developer's shell that would change what the doctor checks here.
 NO_NPU_ENV = {"KIT_DEVICE": "", "ASCEND_RT_VISIBLE_DEVICES": "", "KIT_HW": "", "RETOOL_SANDBOX_URL": ""}
@@ -29,7 +29,7 @@ def _doctor(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         run_env.pop(key, None)
     run_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "npu_kernels.doctor", *args],
+        [sys.executable, "-m", "platforms.doctor", *args],
         env=run_env,
         capture_output=True,
         text=True,
@@ -108,7 +108,7 @@ def test_help_names_the_profile_option_and_the_sandbox_variable() -> None:
 def test_import_is_light() -> None:
     """The doctor must load where torch/vLLM/Ray are broken: importing it imports none of them."""
     code = (
-        "import sys, npu_kernels.doctor.cli; "
+        "import sys, platforms.doctor.cli; "
         "print([m for m in ('torch', 'torch_npu', 'vllm', 'ray') if m in sys.modules])"
     )
     proc = subprocess.run([sys.executable, "-c", code], env=kit_env(), capture_output=True, text=True, timeout=60)

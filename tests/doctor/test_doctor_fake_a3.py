@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from npu_kernels import pins
-from npu_kernels.platform import NPU
+from platforms import NPU, pins
 
 if TYPE_CHECKING:  # the fixture's class; conftest modules are not importable by name in importlib mode
     from conftest import FakeA3
@@ -203,7 +202,7 @@ FAULTS: dict[str, Fault] = {
     "expandable_segments in rl": Fault(
         _with_env(PYTORCH_NPU_ALLOC_CONF="expandable_segments:True"),
         {"env.bad.PYTORCH_NPU_ALLOC_CONF"},
-        ("unset PYTORCH_NPU_ALLOC_CONF", "npu_kernels.platform env --phase rl --hw a3"),
+        ("unset PYTORCH_NPU_ALLOC_CONF", "platforms env --phase rl --hw a3"),
     ),
     "TASK_QUEUE_ENABLE=2 with graph mode": Fault(
         _with_env(VLLM_ENABLE_GRAPH_MODE="1"),
@@ -293,7 +292,7 @@ def test_planted_fault_fails_with_its_fix(fake_a3: FakeA3, name: str) -> None:
             "variable differs from the preset",
             _with_env(HCCL_CONNECT_TIMEOUT="120"),
             "env.preset",
-            "npu_kernels.platform env --phase rl --hw a3",
+            "platforms env --phase rl --hw a3",
         ),
         (
             # issue 14 (12): a failing case for the over-count warning (Ray told of more NPUs than the node has).
@@ -304,11 +303,11 @@ def test_planted_fault_fails_with_its_fix(fake_a3: FakeA3, name: str) -> None:
         ),
         (
             # issue 23: verl's A2 ReTool doc's environment (ascend_retool_best_pratice.rst:122-129, DOC_A2_ENV) is
-            # a choice the kit does not make (npu_kernels/platform/npu.py), not a fault: WARN, never FAIL.
+            # a choice the kit does not make (platforms/npu.py), not a fault: WARN, never FAIL.
             "the A2 doc's environment: graphs with TASK_QUEUE_ENABLE=1, MLP optimize, jemalloc",
             _with_env(**DOC_A2_ENV),
             "env.preset",
-            "npu_kernels.platform env --phase rl --hw a3",
+            "platforms env --phase rl --hw a3",
         ),
         (
             "HCCL_SOCKET_IFNAME names the docker bridge",
@@ -398,7 +397,7 @@ def test_table_names_each_fault_and_its_fix(fake_a3: FakeA3) -> None:
         str(fake_a3.ray_json),
     ]
     proc = subprocess.run(
-        [sys.executable, "-m", "npu_kernels.doctor", *args], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "platforms.doctor", *args], env=env, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()

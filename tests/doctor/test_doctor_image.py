@@ -1,4 +1,4 @@
-"""The doctor's ``image`` check (npu_kernels/doctor/image.py): which kit image, and a stand-in base said plainly."""
+"""The doctor's ``image`` check (platforms/doctor/image.py): which kit image, and a stand-in base said plainly."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from npu_kernels.doctor.cli import run_checks
-from npu_kernels.doctor.probes import INFO, OK, WARN, Options, Probes
-from npu_kernels.platform import CPU
+from platforms import CPU
+from platforms.doctor.cli import run_checks
+from platforms.doctor.probes import INFO, OK, WARN, Options, Probes
 
 
 def _image_results(tmp_path: Path, env: dict[str, str], marker: str | None) -> dict[str, tuple[str, str]]:
@@ -66,7 +66,7 @@ def test_patch_ids_do_not_depend_on_the_working_directory(tmp_path: Path, monkey
     worktree's .git link to a host path); the patch ids must still come out."""
     from kit_testing import REPO_ROOT
 
-    from npu_kernels.doctor.stack import _patch_id
+    from platforms.doctor.stack import _patch_id
 
     broken = tmp_path / "checkout"
     broken.mkdir()

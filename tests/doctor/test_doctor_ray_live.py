@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env
 
-from npu_kernels.platform import NPU
+from platforms import NPU
 
 DRIVER = textwrap.dedent(
     """
@@ -24,7 +24,7 @@ DRIVER = textwrap.dedent(
     try:
         address = ray.get_runtime_context().gcs_address
         proc = subprocess.run(
-            [sys.executable, "-m", "npu_kernels.doctor", "--json", "--hw", "a3", "--only", "ray",
+            [sys.executable, "-m", "platforms.doctor", "--json", "--hw", "a3", "--only", "ray",
              "--dev-root", sys.argv[1], "--ray-address", address],
             capture_output=True, text=True, timeout=180,
         )

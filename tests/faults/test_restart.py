@@ -190,7 +190,7 @@ def test_the_cluster_wait_is_bounded_and_ends_when_the_node_is_back(monkeypatch:
 def test_the_launchers_gate_asks_the_whole_cluster_with_the_runs_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
     """`run ... --max-restarts` on a multi-node RL plan: the gate asks for its nodes and its sandbox URL, waits as long
     as KIT_RESTART_NODE_WAIT_S says (a bad value is one line), and says why it gives up."""
-    from npu_kernels.cli_errors import UsageError
+    from platforms.cli_errors import UsageError
     from recipes.launch import cli, cluster, plan
     from recipes.launch.catalog import RECIPES
 

@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 from kit_testing import REPO_ROOT
 
-from npu_kernels import platform as kit_platform
+import platforms as kit_platform
 
 SCRIPT = REPO_ROOT / "scripts" / "bench_kernels.py"
 

@@ -9,8 +9,8 @@ from types import ModuleType
 import pytest
 import torch
 
+import platforms as kit_platform
 from npu_kernels import ops as kernel_ops
-from npu_kernels import platform as kit_platform
 from npu_kernels.ops import reference
 from npu_kernels.ops.base import RopeFn
 

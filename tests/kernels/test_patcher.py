@@ -217,7 +217,7 @@ def test_apply_from_env_off_and_op_selection(stub_torch_npu: ModuleType) -> None
 
 
 def test_apply_from_env_auto_on_cpu_uses_reference(monkeypatch: pytest.MonkeyPatch) -> None:
-    from npu_kernels import platform as kit_platform
+    import platforms as kit_platform
 
     monkeypatch.setattr(kit_platform, "current_platform", lambda: kit_platform.CPU)
     report = patcher.apply_from_env({})

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from kit_testing import require_vllm, tiny_model_dir, vllm_server, vllm_server_args
 
-from npu_kernels.platform import CPU
+from platforms import CPU
 
 OVERRIDES = [
     *CPU.rollout_overrides(),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from kit_testing import require_vllm, tiny_model_dir, vllm_server
 
-from npu_kernels.platform import CPU
+from platforms import CPU
 
 PROMPT_LENGTH, RESPONSE_LENGTH = 64, 8
 FIRST_TURN = 10  # prompt tokens of the first turn: max_model_len - 10 = 62 > 8

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from kit_testing import require_vllm, tiny_model_dir, vllm_server_args
 
-from npu_kernels.platform import CPU
+from platforms import CPU
 
 REPLICAS = 4
 

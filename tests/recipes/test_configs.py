@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from npu_kernels.platform import CPU, PROFILES, current_platform
-from npu_kernels.platform import PROFILE_NAMES as HARDWARE
-from npu_kernels.platform.cpu import CPU_RAY_NUM_CPUS
+from platforms import CPU, PROFILES, current_platform
+from platforms import PROFILE_NAMES as HARDWARE
+from platforms.cpu import CPU_RAY_NUM_CPUS
 from recipes.launch import catalog, cli, plan, report
 from recipes.launch.catalog import CONFIG_DIR, RECIPES
 from recipes.retool import REWARD_PATH, TOOL_CONFIG_PATH
@@ -199,7 +199,7 @@ def test_qwen25_7b_a2_is_the_published_a2_pair(plans: dict[tuple[str, str], plan
     assert arr.rollout.max_num_batched_tokens == 22528
     for role in (arr.actor, arr.ref):
         assert role.entropy_checkpointing and role.entropy_from_logits_with_chunking
-    assert arr.rollout.enforce_eager  # kit: eager with TASK_QUEUE_ENABLE=2 (npu_kernels/platform/npu.py)
+    assert arr.rollout.enforce_eager  # kit: eager with TASK_QUEUE_ENABLE=2 (platforms/npu.py)
     assert rl.custom_reward_function.reward_kwargs.shaping == "verl"
     assert RECIPES["qwen2.5_7b_dapo"].reference_result is None  # none is published
     assert "ascend_retool_best_pratice" in RECIPES["qwen2.5_7b_dapo"].reference

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kit_testing import run_kit_script
 
-from npu_kernels.cli_errors import EXIT_FAILED, EXIT_USAGE
+from platforms.cli_errors import EXIT_FAILED, EXIT_USAGE
 from recipes.launch import eval_model
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, run_kit_script
 
-from npu_kernels.cli_errors import EXIT_FAILED
+from platforms.cli_errors import EXIT_FAILED
 from recipes.launch import handoff
 
 

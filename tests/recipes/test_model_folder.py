@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from npu_kernels.platform import model_folder
+from platforms import model_folder
 from recipes.launch import budget, plan
 from recipes.launch.catalog import RECIPES
 

@@ -19,8 +19,8 @@ import pytest
 from kit_testing import REPO_ROOT, child_pids, free_port
 from omegaconf import OmegaConf
 
-from npu_kernels.cli_errors import UsageError
-from npu_kernels.platform.cpu import CPU_RAY_NUM_CPUS
+from platforms.cli_errors import UsageError
+from platforms.cpu import CPU_RAY_NUM_CPUS
 from recipes.launch import cluster, node_sandbox, nodenet, plan, ray_node
 from recipes.launch.catalog import RECIPES
 
@@ -62,7 +62,7 @@ def test_the_interface_is_the_one_that_holds_the_node_address() -> None:
 
 
 def test_socket_env_is_the_platforms_variables_and_keeps_the_users() -> None:
-    from npu_kernels.platform import PROFILES
+    from platforms import PROFILES
 
     npu, gpu = PROFILES["a3"].platform, PROFILES["cuda"].platform
     assert nodenet.socket_env(npu, "bond0", {}) == {
@@ -418,7 +418,7 @@ def _alive(pid: int) -> bool:
 def test_without_iproute2_the_kernel_tells_the_interfaces(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """python:3.11-slim has no ``ip``: ray_cluster.sh head then refused with "no interface holds 172.18.0.2"
     (scripts/test_images.sh --two-node). The kernel's answer must match iproute2's where both exist."""
-    from npu_kernels.platform import netprobe
+    from platforms import netprobe
 
     with_ip = netprobe.run_ip_addr()
     monkeypatch.setenv("PATH", str(tmp_path))  # no `ip` here

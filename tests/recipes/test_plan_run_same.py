@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from npu_kernels.platform import PROFILE_NAMES
+from platforms import PROFILE_NAMES
 from recipes.launch import cli
 from recipes.launch.catalog import RECIPES
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from kit_testing import kit_env, run_kit_script
 
-from npu_kernels.platform.cpu import CPU_RAY_NUM_CPUS
+from platforms.cpu import CPU_RAY_NUM_CPUS
 from recipes.launch import cluster
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from kit_testing import run_kit_script
 
-from npu_kernels.cli_errors import EXIT_FAILED, EXIT_USAGE
+from platforms.cli_errors import EXIT_FAILED, EXIT_USAGE
 from recipes.launch import export, handoff
 
 

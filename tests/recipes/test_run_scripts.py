@@ -89,7 +89,7 @@ def test_dapo_dry_run_on_a_cpu_machine_prints_the_a3_plan(launch_env: dict[str, 
         "checkpoints": f"{ckpt}/qwen3_4b_dapo_a3  (default; set CKPT_DIR)",
         "saving": "every 10 steps, keep all",
         "logger": f"console, tensorboard; tensorboard dir {ckpt}/qwen3_4b_dapo_a3/tensorboard",
-        "environment": "python -m npu_kernels.platform env --phase rl --hw a3",
+        "environment": "python -m platforms env --phase rl --hw a3",
     }
     for name, value in expected.items():
         assert rows.get(name) == value, f"{name}: {rows.get(name)!r}\n{proc.stdout}"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from npu_kernels import pins
+from platforms import pins
 from recipes.launch import inputs
 from recipes.launch.catalog import RECIPES
 from recipes.retool import bundle

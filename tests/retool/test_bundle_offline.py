@@ -26,7 +26,17 @@ from recipes.retool import bundle, bundle_offline
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "retool"
 SOURCES = {"ReTool-SFT": "retool_sft_raw.jsonl", "DAPO-Math-17k": "dapo_math_17k.jsonl", "aime_2025": "aime_2025.jsonl"}
-KIT_PARTS = ("pyproject.toml", "README.md", "pins.env", "npu_kernels", "recipes", "sandbox", "scripts", "patches")
+KIT_PARTS = (
+    "pyproject.toml",
+    "README.md",
+    "pins.env",
+    "platforms",
+    "npu_kernels",
+    "recipes",
+    "sandbox",
+    "scripts",
+    "patches",
+)
 PREFIX = "bare metal, no network: "
 CODE = "import numpy, scipy.special, sympy, mpmath; print(int(numpy.arange(5).sum()), sympy.factorint(360), 'ok')"
 

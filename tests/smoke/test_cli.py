@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env
 
-from npu_kernels.cli_errors import UsageError
-from npu_kernels.platform import PROFILES
+from platforms import PROFILES
+from platforms.cli_errors import UsageError
 from recipes.smoke import cli
 from recipes.smoke.commands import check_rl_overrides
 
@@ -73,11 +73,11 @@ def test_smoke_refuses_a_non_empty_out_before_the_venv(tmp_path: Path) -> None:
 
 def test_check_args_imports_only_the_standard_library() -> None:
     """scripts/smoke.sh runs it with any python3, before the venv exists: the standard library and the kit's own
-    standard-library-only modules (the recipes package, npu_kernels' import-free root and its error boundary)."""
+    standard-library-only modules (the recipes package and the platform package with its error boundary)."""
     code = (
         "import sys; before = set(sys.modules); import recipes.smoke.cli; "
-        "new = {m if m.startswith('npu_kernels') else m.split('.')[0] for m in set(sys.modules) - before}; "
-        "print(sorted(new - set(sys.stdlib_module_names) - {'recipes', 'npu_kernels', 'npu_kernels.cli_errors'}))"
+        "new = {m.split('.')[0] for m in set(sys.modules) - before}; "
+        "print(sorted(new - set(sys.stdlib_module_names) - {'recipes', 'platforms'}))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=kit_env(), timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stdout + proc.stderr

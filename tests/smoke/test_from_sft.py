@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from kit_testing import kit_env
 
-from npu_kernels.cli_errors import UsageError
-from npu_kernels.platform import PROFILES
+from platforms import PROFILES
+from platforms.cli_errors import UsageError
 from recipes.smoke import cli, sabotage
 from recipes.smoke.learn import LEARN, LEARN_TASK
 from recipes.smoke.pipeline import Smoke

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from kit_testing import REPO_ROOT, free_port, kit_env
 
-from npu_kernels.cli_errors import EXIT_FAILED, EXIT_USAGE, KitError, UsageError
+from platforms.cli_errors import EXIT_FAILED, EXIT_USAGE, KitError, UsageError
 from recipes.retool.bundle import file_sha256
 from recipes.retool.schema import TOOL_SCHEMA
 from recipes.smoke import models, smollm2

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env, tiny_model_dir
 
-from npu_kernels.platform import PROFILES
+from platforms import PROFILES
 from recipes.smoke.commands import FAST, SCALE, SmokeCommands
 
 STUBS = REPO_ROOT / "tests" / "kernels" / "stubs"
