@@ -7,11 +7,14 @@ Modules, in the order a launch uses them:
 * :mod:`recipes.launch.compose`: Hydra composition against verl's config dir, and verl's own validation;
 * :mod:`recipes.launch.checks` / :mod:`recipes.launch.paths`: the kit's layout, batch, path and sandbox checks;
   :mod:`recipes.launch.mounts`: a checkpoint dir on a container's own (overlay) root filesystem;
-* :mod:`recipes.launch.budget`: steps (against the reference result's step) and checkpoint disk use;
-  :mod:`recipes.launch.memory`: per-device memory of training and of vLLM against the profile's devices;
+* :mod:`recipes.launch.facts`: every number of a plan (layout, steps, checkpoints, Ray CPUs, in-flight calls, memory),
+  derived once; the arithmetic it calls: :mod:`recipes.launch.budget` (steps, checkpoint disk use),
+  :mod:`recipes.launch.ray_cpus`, :mod:`recipes.launch.memory` (per-device memory of training and of vLLM);
   :mod:`recipes.launch.capacity`: tool calls in flight per sandbox against its capacity;
 * :mod:`recipes.launch.plan`: all of the above into one :class:`~recipes.launch.plan.Plan` and the exact command;
-* :mod:`recipes.launch.report`: the dry-run table;
+* :mod:`recipes.launch.report`: the dry-run table, formatted from the plan's facts (it derives nothing);
+* :mod:`recipes.launch.runlog`, :mod:`recipes.launch.restart`, :mod:`recipes.launch.process_group`: the launch
+  itself: its log file, the restart supervisor, ending a child's process group;
 * :mod:`recipes.launch.cli`: ``python -m recipes.launch`` / ``retool-launch`` (``recipes/run_*.sh`` exec ``run``);
 * :mod:`recipes.launch.handoff`: SFT checkpoint -> merged HF model for RL (``scripts/sft_to_rl.sh``);
 * multi-node: :mod:`recipes.launch.cluster` (``scripts/ray_cluster.sh``: head/worker/status/stop, the all-nodes

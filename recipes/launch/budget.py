@@ -1,5 +1,7 @@
 """How long a planned run is and what it leaves on disk: steps per epoch, total steps, checkpoint sizes.
 
+Numbers in, numbers out: :func:`recipes.launch.facts.derive` reads the config once and calls these.
+
 Why here and not only in the table: a plan that trains 0 steps, stops before the step its reference result was
 reported at, or fills the checkpoint disk halfway must fail the dry run, not print a number and "dry run OK".
 
@@ -22,63 +24,45 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig
-
-from recipes.launch.catalog import Recipe
-from recipes.launch.checks import world_size
-from recipes.launch.memory import facts_for
+from recipes.launch.catalog import ModelFacts
 
 #: Bytes a verl FSDP checkpoint takes per model parameter: fp32 weights (4) + AdamW exp_avg and exp_avg_sq (4 + 4).
 CKPT_BYTES_PER_PARAM = 12
 
 
-def steps_per_epoch(cfg: DictConfig, phase: str, rows: int | None) -> tuple[int | None, str]:
-    """(steps, how) from the training rows, or (None, why not)."""
+@dataclass(frozen=True)
+class Steps:
+    """How long the run is: steps per epoch from the training rows, the epochs, the cap, and what the trainer runs."""
+
+    rows: int | None  # training rows, None when the dataset size is not readable here
+    per_epoch: int | None
+    how: str  # how per_epoch came about, or why it is unknown
+    epochs: int
+    cap: int | None  # trainer.total_training_steps
+    planned: int | None  # what the trainer will run; None when the dataset size is unknown and no cap is set
+
+
+def steps(rows: int | None, *, limit: object, batch: int, dp: int | None, epochs: int, cap: object) -> Steps:
+    """The run's steps. ``limit``: ``data.train_max_samples``; ``dp``: SFT's data-parallel size (None for RL)."""
+    per_epoch, how = _per_epoch(rows, limit, batch, dp)
+    by_epochs = None if per_epoch is None else per_epoch * epochs
+    fixed = None if cap is None else int(cap)  # type: ignore[call-overload]
+    if fixed is not None:  # 0 is a cap too (bad_counts refuses it first), not "unset"
+        planned = fixed if by_epochs is None else min(fixed, by_epochs)
+    else:
+        planned = by_epochs
+    return Steps(rows, per_epoch, how, epochs, fixed, planned)
+
+
+def _per_epoch(rows: int | None, limit: object, batch: int, dp: int | None) -> tuple[int | None, str]:
     if rows is None:
         return None, "dataset size not readable here"
-    limit = int(cfg.data.get("train_max_samples", -1) or -1)
-    if 0 < limit < rows:
-        rows = limit
-    batch = int(cfg.data.train_batch_size)
-    if phase == "sft":
-        dp = max(1, world_size(cfg) // int(cfg.ulysses_sequence_parallel_size))
+    most = int(limit or -1)  # type: ignore[call-overload]
+    if 0 < most < rows:
+        rows = most
+    if dp is not None:
         return (rows // dp) // max(1, batch // dp), f"{rows:,} rows / batch {batch}"
     return rows // batch, f"{rows:,} rows / batch {batch}, before overlong prompts are dropped"
-
-
-def planned_steps(cfg: DictConfig, phase: str, rows: int | None) -> int | None:
-    """The steps the trainer will actually run, or None when the dataset size is unknown and no cap is set."""
-    fixed = cfg.trainer.get("total_training_steps")
-    per_epoch, _ = steps_per_epoch(cfg, phase, rows)
-    by_epochs = None if per_epoch is None else per_epoch * int(cfg.trainer.total_epochs)
-    if fixed is not None:  # 0 is a cap too (bad_counts refuses it first), not "unset"
-        return int(fixed) if by_epochs is None else min(int(fixed), by_epochs)
-    return by_epochs
-
-
-def total_steps_text(cfg: DictConfig, phase: str, rows: int | None) -> str:
-    fixed = cfg.trainer.get("total_training_steps")
-    per_epoch, _ = steps_per_epoch(cfg, phase, rows)
-    epochs = int(cfg.trainer.total_epochs)
-    if fixed is not None:
-        if per_epoch is not None and per_epoch * epochs < int(fixed):
-            capped = f"trainer.total_training_steps={fixed} not reached"
-            return f"{per_epoch * epochs} ({epochs} epoch(s) x {per_epoch}; {capped})"
-        return f"{fixed} (trainer.total_training_steps)"
-    if per_epoch is None:
-        return f"{epochs} epoch(s) x steps per epoch"
-    return f"{per_epoch * epochs} ({epochs} epoch(s) x {per_epoch})"
-
-
-def model_parameters(model_path: str | None, recipe: Recipe) -> tuple[int, str]:
-    """(parameters, where the count came from): the model's shape, from its config.json when readable (the smoke's
-    tiny model is not the recipe's), else the recipe's table; the same facts as the memory estimate.
-
-    Never the bytes on disk: issue 33 finding 1, a 7B folder with 1 of its 4 shards downloaded planned "~6.0 KB"
-    per checkpoint; whether the folder is complete is the path check's question (recipes/launch/paths.py)."""
-    facts = facts_for(model_path, recipe.model)
-    where = f"{model_path}/config.json" if facts is not recipe.model else f"{recipe.model.hf_name}, recipe table"
-    return facts.parameters, f"{facts.parameters / 1e9:.2f}B parameters from {where}"
 
 
 @dataclass(frozen=True)
@@ -93,26 +77,28 @@ class CheckpointBudget:
         return None if self.count is None else self.per_checkpoint * self.count
 
 
-def checkpoint_budget(cfg: DictConfig, phase: str, steps: int | None, params: int, source: str) -> CheckpointBudget:
-    """Size of one checkpoint and how many the run leaves on disk.
+def checkpoint_budget(
+    phase: str, steps: int | None, save_freq: int, keep: object, model: ModelFacts, source: str
+) -> CheckpointBudget:
+    """Size of one checkpoint and how many the run leaves on disk; ``keep``: the trainer's keep limit (None: all).
 
     Both trainers save every ``save_freq`` steps and at the last step; the SFT trainer saves the last step even
     with ``save_freq <= 0`` (verl/trainer/fsdp_sft_trainer.py:802), the PPO trainer only with ``save_freq > 0``
     (verl/trainer/ppo/ray_trainer.py, the ``save_freq > 0 and (is_last_step or ...)`` test). Older ones beyond the
-    keep limit are deleted."""
-    save_freq = int(cfg.trainer.save_freq)
-    keep = cfg.trainer.get("max_ckpt_to_keep" if phase == "sft" else "max_actor_ckpt_to_keep")
-    keep = int(keep) if keep else None
+    keep limit are deleted. The size comes from the model's shape, never the bytes on disk: issue 33 finding 1, a 7B
+    folder with 1 of its 4 shards downloaded planned "~6.0 KB" per checkpoint; whether the folder is complete is the
+    path check's question (recipes/launch/paths.py)."""
+    kept = int(keep) if keep else None  # type: ignore[call-overload]
     count: int | None
     if steps is None:
-        count = keep if save_freq > 0 or phase == "sft" else 0
+        count = kept if save_freq > 0 or phase == "sft" else 0
     elif save_freq > 0:
         count = math.ceil(steps / save_freq)
     else:
         count = 1 if phase == "sft" and steps > 0 else 0
-    if count is not None and keep is not None:
-        count = min(count, keep)
-    return CheckpointBudget(params * CKPT_BYTES_PER_PARAM, count, keep, source)
+    if count is not None and kept is not None:
+        count = min(count, kept)
+    return CheckpointBudget(model.parameters * CKPT_BYTES_PER_PARAM, count, kept, source)
 
 
 def free_bytes(path: str) -> tuple[int, Path] | None:

@@ -261,22 +261,5 @@ SERVER_CONTROL_CALLS = 16
 
 def server_admits(max_num_seqs: int) -> int:
     """Generate calls one rollout server actor runs at once: patch 0028's ``RolloutReplica.max_concurrency``
-    (tests/recipes/test_rollout_in_flight.py holds the two to the same numbers)."""
+    (tests/recipes/test_capacity.py holds the two to the same numbers)."""
     return max(RAY_ASYNC_ACTOR_CONCURRENCY, max_num_seqs + SERVER_CONTROL_CALLS)
-
-
-def rollout_in_flight(cfg: DictConfig, replicas: int) -> str | None:
-    """The async rollout's peak: every trajectory of a step is one generate call in flight, spread over the
-    replicas; a server admits :func:`server_admits` of them and vLLM decodes up to ``max_num_seqs``, the rest wait
-    in vLLM's queue. None without server actors (a sync rollout, or the hf rollout, whose server is the worker)."""
-    rollout = cfg.actor_rollout_ref.rollout
-    if rollout.mode != "async" or rollout.name not in ("vllm", "sglang"):
-        return None
-    trajectories = int(cfg.data.train_batch_size) * int(rollout.n)
-    per_replica = math.ceil(trajectories / max(1, replicas))
-    seqs = int(rollout.max_num_seqs)
-    return (
-        f"{per_replica:,} generate calls per replica at a step's peak ({trajectories:,} trajectories / {replicas}); "
-        f"its server admits {server_admits(seqs):,} at once (max({RAY_ASYNC_ACTOR_CONCURRENCY}, max_num_seqs "
-        f"{seqs:,} + {SERVER_CONTROL_CALLS}), patch 0028), the engine runs up to max_num_seqs {seqs:,}"
-    )

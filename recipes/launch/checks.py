@@ -2,16 +2,15 @@
 
 Each check names the keys involved and the rule, so a failed dry run says what to change. They cover the layout
 (devices vs sequence/tensor parallelism vs heads), the batch arithmetic verl asserts or silently floors inside its
-workers, one known-wrong combination (fused log-probs with Ulysses SP in verl 0.6.1) and the reward's keyword
+workers, one known-wrong combination (fused log-probs with Ulysses SP in verl 0.6.1), the reward's keyword
 arguments (the kit's ``compute_score`` takes ``**kwargs`` for verl's sake, so a misspelt shaping knob would otherwise
-be ignored without a word).
+be ignored without a word), the run's length, checkpoint disk and resume path. They read the plan's numbers
+(:class:`recipes.launch.facts.Facts`), never derive them again.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,31 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from platforms import HardwareProfile, applied
 from platforms.base import RL_ENFORCE_EAGER_KEY, RL_JOB_ENV_KEY
-from recipes.launch import trace
-from recipes.launch.catalog import ModelFacts
+from recipes.launch import budget, ray_cpus, trace
+from recipes.launch.catalog import Recipe
+from recipes.launch.facts import Facts, Heads
 from recipes.retool import REWARD_PATH
-
-
-@dataclass(frozen=True)
-class Heads:
-    """Attention heads of the model actually trained, and where the numbers came from."""
-
-    attention: int
-    kv: int
-    source: str
-
-
-def model_heads(model_path: str | None, fallback: ModelFacts) -> Heads:
-    """Head counts from ``<model>/config.json`` when readable, else the recipe's base model (a dry run elsewhere)."""
-    if model_path:
-        config = Path(model_path) / "config.json"
-        try:
-            data = json.loads(config.read_text())
-            attention = int(data["num_attention_heads"])
-            return Heads(attention, int(data.get("num_key_value_heads") or attention), str(config))
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-    return Heads(fallback.num_attention_heads, fallback.num_key_value_heads, f"{fallback.hf_name} (recipe table)")
 
 
 def _divides_heads(size: int, heads: Heads, what: str, key: str) -> list[str]:
@@ -57,21 +35,14 @@ def _divides_heads(size: int, heads: Heads, what: str, key: str) -> list[str]:
     return errors
 
 
-def world_size(cfg: DictConfig) -> int:
-    """Ranks of the job, nodes x devices per node: the one formula the checks, the budget (recipes.launch.budget),
-    the memory estimate (recipes.launch.memory) and the Ray CPU count (recipes.launch.ray_cpus) share."""
-    return int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
-
-
-def check_sft(cfg: DictConfig, heads: Heads) -> list[str]:
+def check_sft(cfg: DictConfig, facts: Facts) -> list[str]:
     """verl's SFT trainer: the device mesh is (dp, sp) over all ranks and the batch is split by dp (its asserts)."""
     errors = []
-    world = world_size(cfg)
-    sp = int(cfg.ulysses_sequence_parallel_size)
-    batch, micro = int(cfg.data.train_batch_size), int(cfg.data.micro_batch_size_per_gpu)
+    layout = facts.layout
+    world, sp, batch, micro = layout.world, layout.sp, layout.batch, layout.micro_batch
     if world % sp:
         return [f"ulysses_sequence_parallel_size={sp} must divide the {world} ranks (trainer.nnodes x n_gpus_per_node)"]
-    dp = world // sp
+    dp = layout.dp
     if batch % dp:
         errors.append(f"data.train_batch_size={batch} must be divisible by the data-parallel size {dp} ({world}/{sp})")
     elif (batch // dp) % micro:
@@ -79,17 +50,17 @@ def check_sft(cfg: DictConfig, heads: Heads) -> list[str]:
             f"data.train_batch_size / dp = {batch // dp} must be divisible by data.micro_batch_size_per_gpu={micro}"
         )
     if sp > 1:
-        errors += _divides_heads(sp, heads, "Ulysses SP", "ulysses_sequence_parallel_size")
+        errors += _divides_heads(sp, facts.heads, "Ulysses SP", "ulysses_sequence_parallel_size")
     return errors
 
 
-def check_rl(cfg: DictConfig, heads: Heads) -> list[str]:
-    """Layout and batch arithmetic of verl's FSDP workers, vLLM replicas and agent loop for a GRPO run."""
+def check_rl(cfg: DictConfig, facts: Facts) -> list[str]:
+    """Layout and batch arithmetic of verl's FSDP workers, vLLM replicas and agent loop for a GRPO run, and the Ray
+    CPUs the run holds at once."""
     errors = []
-    arr = cfg.actor_rollout_ref
-    world, per_node = world_size(cfg), int(cfg.trainer.n_gpus_per_node)
-    sp, tp = int(arr.actor.ulysses_sequence_parallel_size), int(arr.rollout.tensor_model_parallel_size)
-    batch, n, mini = int(cfg.data.train_batch_size), int(arr.rollout.n), int(arr.actor.ppo_mini_batch_size)
+    arr, layout, heads = cfg.actor_rollout_ref, facts.layout, facts.heads
+    world, per_node, sp, tp = layout.world, layout.per_node, layout.sp, layout.tp
+    batch, n, mini = layout.batch, layout.samples, layout.mini_batch
     if world % sp:
         errors.append(f"actor.ulysses_sequence_parallel_size={sp} must divide the {world} devices")
     if per_node % tp:
@@ -139,6 +110,8 @@ def check_rl(cfg: DictConfig, heads: Heads) -> list[str]:
     errors += check_reward_kwargs(cfg)
     errors += check_job_env(cfg)
     errors += trace.problems(cfg)
+    if facts.ray_demand is not None:
+        errors += ray_cpus.problems(OmegaConf.select(cfg, ray_cpus.NUM_CPUS_KEY), layout.nnodes, facts.ray_demand)
     return errors
 
 
@@ -183,45 +156,48 @@ def check_reward_kwargs(cfg: DictConfig) -> list[str]:
     ]
 
 
-#: Whole numbers the planner does arithmetic on, by phase, with their least valid value (issue 21, findings 2-3:
-#: ``data.train_batch_size=0`` divided by zero in budget.py, ``=abc`` ended in a ValueError traceback).
-COUNT_KEYS: dict[str, tuple[tuple[str, int], ...]] = {
-    "common": (
-        ("trainer.nnodes", 1),
-        ("trainer.n_gpus_per_node", 1),
-        ("trainer.total_epochs", 1),
-        # unset (null) is the epochs' count; 0 is not "no cap": verl trains one step before it looks (issue 33)
-        ("trainer.total_training_steps", 1),
-        ("trainer.save_freq", -1),
-        ("trainer.test_freq", -1),
-        ("data.train_batch_size", 1),
-    ),
-    "rl": (
-        ("data.max_prompt_length", 1),
-        ("data.max_response_length", 1),
-        ("actor_rollout_ref.rollout.n", 1),
-        ("actor_rollout_ref.rollout.tensor_model_parallel_size", 1),
-        ("actor_rollout_ref.actor.ppo_mini_batch_size", 1),
-        ("actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1),
-    ),
-    "sft": (("data.micro_batch_size_per_gpu", 1), ("ulysses_sequence_parallel_size", 1)),
-}
+def check_budget(cfg: DictConfig, recipe: Recipe, facts: Facts, *, path_check: bool) -> tuple[list[str], list[str]]:
+    """(errors, warnings) of the run's length, checkpoint disk and resume: what otherwise only fails (or
+    disappoints) late. The disk and resume checks look at this machine's paths (``path_check``)."""
+    errors, warnings = [], []
+    steps, result = facts.steps, recipe.reference_result
+    if steps.planned == 0:
+        errors.append(
+            f"the run would train 0 steps ({steps.how}, {cfg.trainer.total_epochs} epoch(s)): use more training rows "
+            "or a smaller data.train_batch_size"
+        )
+    if result and steps.planned is not None and 0 < steps.planned < result.step:
+        warnings.append(
+            f"{steps.planned} planned steps fall short of step {result.step}, where the reference result "
+            f"({result.metric} {result.value:.2f}, {result.source}) was reported: raise trainer.total_epochs "
+            "or trainer.total_training_steps to compare with it"
+        )
+    if not path_check:
+        return errors, warnings
+    need, free = facts.checkpoints.total, facts.free_at_ckpt
+    if free and need and need > free[0]:
+        keep_key = "max_ckpt_to_keep" if recipe.phase == "sft" else "max_actor_ckpt_to_keep"
+        each = budget.human(facts.checkpoints.per_checkpoint)
+        errors.append(
+            f"checkpoints need ~{budget.human(need)} ({facts.checkpoints.count} x {each}) but {free[1]} has "
+            f"{budget.human(free[0])} free: set trainer.{keep_key}=N, a larger trainer.save_freq, or "
+            "CKPT_ROOT/CKPT_DIR on a bigger disk"
+        )
+    return errors + _resume_problems(cfg), warnings
 
 
-def bad_counts(cfg: DictConfig, phase: str) -> list[str]:
-    """Each count that is not a whole number at or above its least value, named with the value it has; checked before
-    any arithmetic uses it, in the dry run and the real launch alike (both build the same plan)."""
-    errors = []
-    for key, least in COUNT_KEYS["common"] + COUNT_KEYS[phase]:
-        value = OmegaConf.select(cfg, key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int):
-            try:
-                value = int(str(value), 10)
-            except ValueError:
-                errors.append(f"{key}={value!r} must be a whole number")
-                continue
-        if value < least:
-            errors.append(f"{key}={value} must be at least {least}")
-    return errors
+def _resume_problems(cfg: DictConfig) -> list[str]:
+    mode = str(cfg.trainer.get("resume_mode", "auto"))
+    resume = cfg.trainer.get("resume_from_path")
+    if mode == "resume_path" and not resume:
+        return ["trainer.resume_mode=resume_path needs trainer.resume_from_path=<ckpt dir>/global_step_N"]
+    if resume and mode != "disable":
+        where = Path(str(resume))
+        if not where.is_dir():
+            return [f"trainer.resume_from_path={resume} does not exist (verl asserts it before training)"]
+        if "global_step_" not in where.name:
+            return [
+                f"trainer.resume_from_path={resume} must name a global_step_N folder (verl asserts it), e.g. "
+                f"{where}/global_step_10"
+            ]
+    return []

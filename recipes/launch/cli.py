@@ -28,12 +28,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 from platforms import PROFILE_ENV, PROFILE_NAMES, PROFILES, REFERENCE_PROFILE, applied, default_hardware
 from platforms.cli import add_profile_option, profiles_help
 from platforms.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point, whole_number_arg
-from recipes.launch import catalog, cluster, inputs, ray_cpus, restart, runlog
+from recipes.launch import catalog, cluster, inputs, restart, runlog
 from recipes.launch.capacity import recipe_demand
 from recipes.launch.plan import Plan, build
 from recipes.launch.report import render
@@ -216,8 +214,8 @@ def _plan(
 
 def _cluster_gate(plan: Plan, environ: Mapping[str, str]) -> Callable[[], str | None]:
     """Before a supervised restart of a run on a Ray cluster: wait (bounded) until every node is back."""
-    assert plan.cfg is not None
-    nnodes = int(plan.cfg.trainer.nnodes)
+    assert plan.facts is not None
+    nnodes, url = plan.facts.layout.nnodes, plan.facts.sandbox_url
     address = environ.get("RAY_ADDRESS", "").strip() or None
     text = environ.get(cluster.NODE_WAIT_ENV, "").strip()
     try:
@@ -225,11 +223,9 @@ def _cluster_gate(plan: Plan, environ: Mapping[str, str]) -> Callable[[], str | 
     except ValueError:
         raise UsageError(f"{cluster.NODE_WAIT_ENV}={text!r} is not a number of seconds") from None
 
-    url = OmegaConf.select(plan.cfg, f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL")
-
     def gate() -> str | None:
         def check() -> list[str]:
-            return cluster.whole_cluster_problems(plan.hw, nnodes, address, str(url) if url else None)
+            return cluster.whole_cluster_problems(plan.hw, nnodes, address, url)
 
         return cluster.wait_for_nodes(check, plan.hw, nnodes, wait_s, lambda line: print(line, file=sys.stderr))
 
@@ -246,15 +242,13 @@ def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
         if not args.dry_run:
             print(table, file=sys.stderr, flush=True)
         return EXIT_FAILED
-    ckpt_dir = Path(str(plan.cfg.trainer.default_local_dir))
-    nnodes = int(plan.cfg.trainer.nnodes)
-    _check_restarts(args.max_restarts, int(plan.cfg.trainer.save_freq), recipe.phase, nnodes)
-    log_file = runlog.log_path(ckpt_dir, recipe.phase, nnodes, environ)
+    assert plan.cfg is not None and plan.facts is not None
+    _check_restarts(args.max_restarts, int(plan.cfg.trainer.save_freq), recipe.phase, plan.facts.layout.nnodes)
     if args.dry_run:
         if args.max_restarts:
-            print(_restarts_line(args.max_restarts, ckpt_dir))
+            print(_restarts_line(args.max_restarts, plan.facts.ckpt_dir))
         return EXIT_OK
-    return _launch(args, plan, env, environ, table, log_file)
+    return _launch(args, plan, env, environ, table)
 
 
 def _restarts_line(max_restarts: int, ckpt_dir: Path) -> str:
@@ -279,13 +273,11 @@ def _check_restarts(max_restarts: int, save_freq: int, phase: str, nnodes: int) 
         )
 
 
-def _launch(
-    args: argparse.Namespace, plan: Plan, env: dict[str, str], environ: Mapping[str, str], table: str, log_file: Path
-) -> int:
+def _launch(args: argparse.Namespace, plan: Plan, env: dict[str, str], environ: Mapping[str, str], table: str) -> int:
     """Run the approved command (under the restart supervisor when asked), its output and the supervisor's lines
     teed into the run log, which the first line printed names; then say how to resume when it failed."""
-    assert plan.cfg is not None
-    ckpt_dir = Path(str(plan.cfg.trainer.default_local_dir))
+    assert plan.facts is not None
+    ckpt_dir, log_file = plan.facts.ckpt_dir, plan.facts.run_log
     log = runlog.RunLog(log_file, sys.stderr)
     if log.open:
         print(
@@ -297,8 +289,7 @@ def _launch(
     if args.max_restarts:
         print(_restarts_line(args.max_restarts, ckpt_dir), file=err)
     print(f"run_recipe: run {' '.join(plan.command)}", file=err, flush=True)
-    joins = ray_cpus.joins_a_cluster(plan.recipe.phase, plan.cfg, environ)
-    gate = _cluster_gate(plan, environ) if args.max_restarts and joins else None
+    gate = _cluster_gate(plan, environ) if args.max_restarts and plan.joins_cluster else None
     try:
         returncode = restart.supervise(plan.command, env, ckpt_dir, args.max_restarts, err, out, before_restart=gate)
         if returncode != 0:
@@ -311,10 +302,10 @@ def _launch(
 def _resume_hint(returncode: int, plan: Plan) -> str:
     """The last line of a failed run: what running it again does (verl's default ``trainer.resume_mode=auto``
     resumes from the newest complete checkpoint; a multi-node SFT job is one torchrun job on every node)."""
-    assert plan.cfg is not None
-    ckpt_dir = Path(str(plan.cfg.trainer.default_local_dir))
+    assert plan.facts is not None
+    ckpt_dir = plan.facts.ckpt_dir
     step = restart.checkpoint_step(ckpt_dir)
-    on_nodes = "on every node " if plan.recipe.phase == "sft" and int(plan.cfg.trainer.nnodes) > 1 else ""
+    on_nodes = "on every node " if plan.recipe.phase == "sft" and plan.facts.layout.nnodes > 1 else ""
     again = (
         "the same command again"
         if restart.resume_mode(plan.command) != "disable"

@@ -29,7 +29,6 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from recipes.launch.catalog import ModelFacts
-from recipes.launch.checks import world_size
 
 GB = 1e9
 #: fp32 weights + fp32 gradients + AdamW exp_avg + exp_avg_sq, per parameter.
@@ -42,26 +41,36 @@ HEADROOM = 0.95
 
 def facts_for(model_path: str | None, fallback: ModelFacts) -> ModelFacts:
     """The model's shape from its own config.json when readable (a local model, e.g. the smoke's tiny one)."""
-    if model_path:
-        try:
-            c = json.loads((Path(model_path) / "config.json").read_text())
-            heads = int(c["num_attention_heads"])
-            return ModelFacts(
-                hf_name=str(model_path),
-                num_attention_heads=heads,
-                num_key_value_heads=int(c.get("num_key_value_heads") or heads),
-                tiny_arch=fallback.tiny_arch,
-                hidden_size=int(c["hidden_size"]),
-                num_layers=int(c["num_hidden_layers"]),
-                intermediate_size=int(c["intermediate_size"]),
-                head_dim=int(c.get("head_dim") or int(c["hidden_size"]) // heads),
-                vocab_size=int(c["vocab_size"]),
-                tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
-                qkv_bias=str(c.get("model_type", "")) == "qwen2",
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-    return fallback
+    if not model_path:
+        return fallback
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return fallback
+    return facts_from_config(config, model_path, fallback)
+
+
+def facts_from_config(c: object, model_path: str, fallback: ModelFacts) -> ModelFacts:
+    """The shape a parsed config.json gives (``c``: its JSON, None when unreadable), else ``fallback``."""
+    if not isinstance(c, dict):
+        return fallback
+    try:
+        heads = int(c["num_attention_heads"])
+        return ModelFacts(
+            hf_name=str(model_path),
+            num_attention_heads=heads,
+            num_key_value_heads=int(c.get("num_key_value_heads") or heads),
+            tiny_arch=fallback.tiny_arch,
+            hidden_size=int(c["hidden_size"]),
+            num_layers=int(c["num_hidden_layers"]),
+            intermediate_size=int(c["intermediate_size"]),
+            head_dim=int(c.get("head_dim") or int(c["hidden_size"]) // heads),
+            vocab_size=int(c["vocab_size"]),
+            tie_word_embeddings=bool(c.get("tie_word_embeddings", False)),
+            qkv_bias=str(c.get("model_type", "")) == "qwen2",
+        )
+    except (ValueError, KeyError, TypeError):
+        return fallback
 
 
 @dataclass(frozen=True)
@@ -89,9 +98,9 @@ def _activation_bytes(facts: ModelFacts, tokens: int, checkpointing: bool) -> fl
     return layers + tokens * facts.vocab_size * LOGITS_BYTES
 
 
-def estimate(cfg: DictConfig, phase: str, facts: ModelFacts, device_gb: float) -> MemoryEstimate:
-    """The estimate for a resolved config (see the module docstring for the terms)."""
-    params, world = facts.parameters, world_size(cfg)
+def estimate(cfg: DictConfig, phase: str, facts: ModelFacts, device_gb: float, world: int) -> MemoryEstimate:
+    """The estimate for a resolved config over ``world`` ranks (see the module docstring for the terms)."""
+    params = facts.parameters
     state = TRAIN_STATE_BYTES * params / world
     if phase == "sft":
         sp = int(cfg.ulysses_sequence_parallel_size)
@@ -158,16 +167,3 @@ def problems(est: MemoryEstimate) -> list[str]:
                 "and optimizer_offload, or lower gpu_memory_utilization"
             )
     return out
-
-
-def summary(est: MemoryEstimate) -> str:
-    text = (
-        f"training ~{est.train_gb:.0f} of {est.device_gb:g} GB per device (states {est.train_state_gb:.0f} GB + "
-        f"activations of {est.tokens_per_device} tokens {est.activation_gb:.0f} GB)"
-    )
-    if est.rollout_weights_gb is not None:
-        text += (
-            f"; vLLM weights {est.rollout_weights_gb:.0f} GB/device, KV for ~{(est.kv_tokens_per_replica or 0):,} "
-            f"tokens/replica (a trajectory is {est.trajectory_tokens})"
-        )
-    return text

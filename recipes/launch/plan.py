@@ -20,10 +20,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from platforms import PROFILES, current_platform
 from platforms.cli_errors import OVERRIDE_KEY, UsageError  # the request itself is wrong: a bad override, ...
-from recipes.launch import budget, checks, cluster, compose, inputs, memory, multinode, paths, ray_cpus, trace
+from recipes.launch import checks, cluster, compose, facts, inputs, memory, multinode, paths, ray_cpus, trace
 from recipes.launch import parity as parity_settings
 from recipes.launch.catalog import CONFIG_DIR, Recipe
 from recipes.launch.compose import ConfigError
+from recipes.launch.facts import Facts
 from recipes.retool import REWARD_PATH, TOOL_CONFIG_PATH
 
 SFT_ENTRY = "verl.trainer.fsdp_sft_trainer"
@@ -54,7 +55,8 @@ def override_key(override: str) -> str | None:
 
 @dataclass
 class Plan:
-    """Everything a dry run prints and a launch executes."""
+    """Everything a dry run prints and a launch executes: the command, the config it runs, and its numbers
+    (:attr:`facts`, derived once), which :mod:`recipes.launch.report` formats and the checks read."""
 
     recipe: Recipe
     hw: str
@@ -63,23 +65,15 @@ class Plan:
     parity: bool = False  # --parity: every kit numerical change off (recipes.launch.parity)
     argv: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # set for the command only (shown as an `env` prefix)
+    command: list[str] = field(default_factory=list)  # ``env K=V ...`` (when ``env`` has any) + ``argv``: what runs
     cfg: DictConfig | None = None  # resolved
     inputs: list[inputs.Input] = field(default_factory=list)
     checked: list[str] = field(default_factory=list)
-    counts_ok: bool = False  # the counts the table and budget do arithmetic on passed checks.bad_counts
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    rows_in_train: int | None = None
-    steps: int | None = None  # what the trainer will run (budget.planned_steps), None when not knowable here
-    checkpoints: budget.CheckpointBudget | None = None
-    free_at_ckpt: tuple[int, Path] | None = None  # (bytes, where) when the checkpoint root was checked
-    memory: memory.MemoryEstimate | None = None  # per device, on profiles with a known memory per device
-
-    @property
-    def command(self) -> list[str]:
-        """The full command line, ``env K=V ...`` first when the command needs extra variables."""
-        prefix = ["env", *(f"{k}={v}" for k, v in self.env.items())] if self.env else []
-        return prefix + self.argv
+    facts: Facts | None = None  # None until the counts the arithmetic divides by passed (facts.bad_counts)
+    env_command: str = ""  # what the command runs after: the profile's environment for the phase
+    joins_cluster: bool = False  # an RL run that connects to a running Ray cluster instead of starting its own
 
 
 def _device_overrides(recipe: Recipe, hw: str) -> list[str]:
@@ -140,6 +134,7 @@ def build(
     user = list(user_overrides)
     user_keys = check_user_overrides(user)
     plan = Plan(recipe, hw, scale_given=scale is not None, parity=parity)
+    plan.env_command = PROFILES[hw].env_command(recipe.phase)
     if parity:  # the reference's numerics on the kit's stack (recipes.launch.parity)
         environ = {**environ, **parity_settings.ENV, **(parity_settings.RL_JOB_ENV if recipe.phase == "rl" else {})}
         plan.env.update(parity_settings.ENV)
@@ -153,7 +148,8 @@ def build(
         plan.errors.append(f"{_NO_COMPOSE}{exc}")
         return plan
     plan.scale = choices.get("scale", plan.scale)
-    if ray_cpus.joins_a_cluster(recipe.phase, first, environ):
+    plan.joins_cluster = ray_cpus.joins_a_cluster(recipe.phase, int(first.trainer.nnodes), environ)
+    if plan.joins_cluster:
         device = ray_cpus.for_existing_cluster(device, user_keys)
     plan.inputs = inputs.resolve(recipe, hw, environ, plan.scale)
     ours = device + _kit_overrides(plan, environ)  # before _run_dir_overrides adds CKPT_DIR to plan.inputs
@@ -166,6 +162,7 @@ def build(
     plan.inputs = [_effective(item, plan.cfg, user_keys) for item in plan.inputs]
     if _check(plan, path_check=path_check, for_launch=for_launch, environ=environ):
         plan.argv = _argv(plan, overrides, environ)
+        plan.command = (["env", *(f"{k}={v}" for k, v in plan.env.items())] if plan.env else []) + plan.argv
     return plan
 
 
@@ -202,17 +199,27 @@ def _run_dir_overrides(plan: Plan, first: DictConfig, user_keys: set[str], envir
 
 def _check(plan: Plan, *, path_check: bool, for_launch: bool, environ: Mapping[str, str]) -> bool:
     """Every check of the composed config; False when a count is bad (reported alone: the rest divides by them)."""
-    assert plan.cfg is not None
-    plan.rows_in_train = paths.parquet_rows(_as_list(plan.cfg.data.train_files))
-    plan.errors += checks.bad_counts(plan.cfg, plan.recipe.phase)
-    if plan.errors:  # a count the arithmetic below would divide by or fail to parse: report it alone
+    cfg = plan.cfg
+    assert cfg is not None
+    rows = paths.parquet_rows(_as_list(cfg.data.train_files))
+    profile = PROFILES[plan.hw]
+    plan.facts, bad = facts.derive(
+        cfg, plan.recipe, profile, rows, env=plan.env, environ=environ, path_check=path_check
+    )
+    if bad:  # a count the arithmetic divides by or fails to parse: reported alone
+        plan.errors += bad
         return False
-    plan.counts_ok = True
+    assert plan.facts is not None
     _validate(plan)
     if plan.recipe.phase == "rl":  # vLLM's mode against the environment the run gets (TASK_QUEUE_ENABLE on NPU)
-        plan.errors += checks.check_rollout_env(plan.cfg, PROFILES[plan.hw], environ)
-    _check_budget(plan, path_check)
-    _check_memory(plan)
+        plan.errors += checks.check_rollout_env(cfg, profile, environ)
+    errors, warnings = checks.check_budget(cfg, plan.recipe, plan.facts, path_check=path_check)
+    plan.errors += errors
+    plan.warnings += warnings
+    if plan.facts.memory_error:
+        plan.errors.append(plan.facts.memory_error)
+    elif plan.facts.memory:
+        plan.errors += memory.problems(plan.facts.memory)
     if path_check:
         _check_paths(plan)
     if for_launch:
@@ -251,82 +258,14 @@ def _validate(plan: Plan) -> None:
             plan.checked += compose.validate_sft(cfg)
     except ConfigError as exc:
         plan.errors.append(f"verl rejects the config: {exc}")
-    model = OmegaConf.select(cfg, inputs.model_key(plan.recipe))
-    heads = checks.model_heads(model, plan.recipe.model)
+    assert plan.facts is not None
+    heads = plan.facts.heads
     try:
-        if plan.recipe.phase == "rl":
-            found = checks.check_rl(cfg, heads) + ray_cpus.problems(cfg)
-        else:
-            found = checks.check_sft(cfg, heads)
+        found = (checks.check_rl if plan.recipe.phase == "rl" else checks.check_sft)(cfg, plan.facts)
     except Exception as exc:  # noqa: BLE001  (a value of the wrong type: report it, do not crash the planner)
         found = [f"kit checks could not run: {type(exc).__name__}: {exc}"]
     plan.errors += found
     plan.checked.append(f"kit layout/batch checks (heads: {heads.attention}/{heads.kv} from {heads.source})")
-
-
-def _check_budget(plan: Plan, path_check: bool) -> None:
-    """Steps, the reference step, checkpoint disk and resume: what otherwise only fails (or disappoints) late."""
-    cfg = plan.cfg
-    assert cfg is not None
-    phase = plan.recipe.phase
-    plan.steps = budget.planned_steps(cfg, phase, plan.rows_in_train)
-    if plan.steps == 0:
-        _, how = budget.steps_per_epoch(cfg, phase, plan.rows_in_train)
-        plan.errors.append(
-            f"the run would train 0 steps ({how}, {cfg.trainer.total_epochs} epoch(s)): use more training rows "
-            "or a smaller data.train_batch_size"
-        )
-    result = plan.recipe.reference_result
-    if result and plan.steps is not None and 0 < plan.steps < result.step:
-        plan.warnings.append(
-            f"{plan.steps} planned steps fall short of step {result.step}, where the reference result "
-            f"({result.metric} {result.value:.2f}, {result.source}) was reported: raise trainer.total_epochs "
-            "or trainer.total_training_steps to compare with it"
-        )
-    params, source = budget.model_parameters(str(OmegaConf.select(cfg, inputs.model_key(plan.recipe))), plan.recipe)
-    plan.checkpoints = budget.checkpoint_budget(cfg, phase, plan.steps, params, source)
-    if not path_check:
-        return
-    plan.free_at_ckpt = budget.free_bytes(str(cfg.trainer.default_local_dir))
-    need = plan.checkpoints.total
-    if plan.free_at_ckpt and need and need > plan.free_at_ckpt[0]:
-        free, where = plan.free_at_ckpt
-        keep_key = "max_ckpt_to_keep" if phase == "sft" else "max_actor_ckpt_to_keep"
-        each = budget.human(plan.checkpoints.per_checkpoint)
-        plan.errors.append(
-            f"checkpoints need ~{budget.human(need)} ({plan.checkpoints.count} x {each}) but {where} has "
-            f"{budget.human(free)} free: set trainer.{keep_key}=N, a larger trainer.save_freq, or CKPT_ROOT/CKPT_DIR "
-            "on a bigger disk"
-        )
-    mode = str(cfg.trainer.get("resume_mode", "auto"))
-    resume = cfg.trainer.get("resume_from_path")
-    if mode == "resume_path" and not resume:
-        plan.errors.append("trainer.resume_mode=resume_path needs trainer.resume_from_path=<ckpt dir>/global_step_N")
-    elif resume and mode != "disable":
-        where = Path(str(resume))
-        if not where.is_dir():
-            plan.errors.append(f"trainer.resume_from_path={resume} does not exist (verl asserts it before training)")
-        elif "global_step_" not in where.name:
-            plan.errors.append(
-                f"trainer.resume_from_path={resume} must name a global_step_N folder (verl asserts it), e.g. "
-                f"{where}/global_step_10"
-            )
-
-
-def _check_memory(plan: Plan) -> None:
-    """The per-device memory estimate (recipes.launch.memory) against the profile's memory per device."""
-    cfg = plan.cfg
-    assert cfg is not None
-    device_gb = PROFILES[plan.hw].memory_gb_per_device
-    if not device_gb:
-        return
-    facts = memory.facts_for(str(OmegaConf.select(cfg, inputs.model_key(plan.recipe))), plan.recipe.model)
-    try:
-        plan.memory = memory.estimate(cfg, plan.recipe.phase, facts, device_gb)
-    except (TypeError, ValueError, ZeroDivisionError) as exc:  # a value of the wrong type: reported, not a crash
-        plan.errors.append(f"memory estimate could not run: {type(exc).__name__}: {exc}")
-        return
-    plan.errors += memory.problems(plan.memory)
 
 
 def _source_of(plan: Plan, key: str) -> inputs.Input | None:
@@ -350,12 +289,12 @@ def _check_paths(plan: Plan) -> None:
             problems += paths.check_ckpt_dir(str(OmegaConf.select(cfg, key)), _source_of(plan, key), what)
     if phase == "rl":
         url_key = f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL"
-        url = OmegaConf.select(cfg, url_key)
+        url = plan.facts.sandbox_url if plan.facts else None
         if url:
-            problems += paths.check_sandbox(str(url), _source_of(plan, url_key))
+            problems += paths.check_sandbox(url, _source_of(plan, url_key))
             from recipes.launch import capacity  # in-flight tool calls vs the sandbox's workers + queue (issue 14)
 
-            problems += capacity.check(cfg, str(url))
+            problems += capacity.check(cfg, url)
     plan.errors += [p.message for p in problems if p.error]
     plan.warnings += [p.message for p in problems if not p.error]
     plan.checked.append("paths" + (" and sandbox" if phase == "rl" else ""))
@@ -365,9 +304,10 @@ def _check_this_machine(plan: Plan, environ: Mapping[str, str]) -> None:
     """Only for a real launch: the profile's platform must be this machine's, with enough devices."""
     cfg = plan.cfg
     assert cfg is not None
+    assert plan.facts is not None
     profile = PROFILES[plan.hw]
     platform = profile.platform
-    nnodes = int(cfg.trainer.nnodes)
+    nnodes, wanted = plan.facts.layout.nnodes, plan.facts.layout.per_node
     if plan.recipe.phase == "sft" and nnodes > 1:
         _torchrun_rendezvous(plan, nnodes, environ, on_node=True)
     if not platform.is_available():
@@ -377,7 +317,6 @@ def _check_this_machine(plan: Plan, environ: Mapping[str, str]) -> None:
             "set_env.sh; to plan from here, add --dry-run."
         )
         return
-    wanted = int(cfg.trainer.n_gpus_per_node)
     count = platform.device_count() if profile.devices_per_node else wanted  # CPU ranks are processes
     if count < wanted:
         smaller = [p.name for p in PROFILES.values() if p.platform is platform and p.devices_per_node == count]
@@ -390,10 +329,10 @@ def _check_this_machine(plan: Plan, environ: Mapping[str, str]) -> None:
         address = environ.get("RAY_ADDRESS", "").strip() or None
         ray_problems = cluster.cluster_problems(plan.hw, nnodes, address)
         plan.errors += [f"Ray: {p}" for p in ray_problems]
-        url = OmegaConf.select(cfg, f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL")
+        url = plan.facts.sandbox_url
         if url and not ray_problems:
             # verl runs agent-loop workers on every node: each must reach the sandbox (issue 14, finding 1)
-            reach = cluster.sandbox_reach_problems(str(url), address)
+            reach = cluster.sandbox_reach_problems(url, address)
             plan.errors += [f"sandbox: {p}" for p in reach]
         if not plan.errors:
             plan.checked.append(f"Ray cluster: {nnodes} live nodes" + (", each reaches the sandbox" if url else ""))
@@ -401,16 +340,15 @@ def _check_this_machine(plan: Plan, environ: Mapping[str, str]) -> None:
         missing = [name for name in ("MASTER_ADDR", "NODE_RANK") if not environ.get(name, "").strip()]
         if missing:
             plan.errors.append(
-                f"trainer.nnodes={cfg.trainer.nnodes}: set {' and '.join(missing)} on every node "
+                f"trainer.nnodes={nnodes}: set {' and '.join(missing)} on every node "
                 "(MASTER_ADDR = node 0's address, NODE_RANK = 0..nnodes-1)"
             )
 
 
 def _multi_node_notes(plan: Plan, environ: Mapping[str, str]) -> None:
     """A dry run of a multi-node recipe: say what the real launch will require on the nodes."""
-    cfg = plan.cfg
-    assert cfg is not None
-    nnodes = int(cfg.trainer.nnodes)
+    assert plan.facts is not None
+    nnodes = plan.facts.layout.nnodes
     if nnodes <= 1:
         return
     if plan.recipe.phase == "rl":
@@ -418,8 +356,8 @@ def _multi_node_notes(plan: Plan, environ: Mapping[str, str]) -> None:
             f"trainer.nnodes={nnodes}: start Ray on every node first (scripts/ray_cluster.sh head|worker --hw "
             f"{plan.hw}); the launch checks `scripts/ray_cluster.sh status --hw {plan.hw} --nodes {nnodes}`"
         )
-        url = OmegaConf.select(cfg, f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL")
-        plan.warnings += [w for w in [multinode.loopback_sandbox_warning(str(url) if url else None, nnodes)] if w]
+        url = plan.facts.sandbox_url
+        plan.warnings += [w for w in [multinode.loopback_sandbox_warning(url, nnodes)] if w]
         return
     _torchrun_rendezvous(plan, nnodes, environ, on_node=False)
     if any(not environ.get(name, "").strip() for name in ("MASTER_ADDR", "NODE_RANK")):

@@ -21,10 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from omegaconf import DictConfig, OmegaConf
-
 from platforms.cli_errors import UsageError
-from recipes.launch.checks import world_size
 
 #: Rollout engines whose async mode starts server actors of their own.
 SERVER_ENGINES = ("vllm", "sglang")
@@ -45,41 +42,33 @@ class Demand:
         return " + ".join(f"{count} {what}" for what, count in self.rows if count)
 
 
-def rollout_servers(cfg: DictConfig) -> int:
+def rollout_servers(mode: str, name: str, *, tp: int, dp: int, pp: int, world: int, per_node: int) -> int:
     """Server actors of the async rollout: replicas x (nodes per replica when data parallel, else 1)."""
-    rollout = cfg.actor_rollout_ref.rollout
-    if rollout.mode != "async" or rollout.name not in SERVER_ENGINES:
+    if mode != "async" or name not in SERVER_ENGINES:
         return 0
-    dp = int(rollout.get("data_parallel_size", 1) or 1)
-    pp = int(rollout.get("pipeline_model_parallel_size", 1) or 1)
-    replica_size = int(rollout.tensor_model_parallel_size) * dp * pp
-    replicas = world_size(cfg) // replica_size
-    per_node = min(int(cfg.trainer.n_gpus_per_node), replica_size)
-    nodes_per_replica = replica_size // per_node if dp > 1 else 1
+    replica_size = tp * dp * pp
+    replicas = world // replica_size
+    nodes_per_replica = replica_size // min(per_node, replica_size) if dp > 1 else 1
     return replicas * nodes_per_replica
 
 
-def demand(cfg: DictConfig) -> Demand:
-    rows = [
-        ("trainer worker bundles", world_size(cfg)),
-        ("TaskRunner", 1),
-        (f"{cfg.actor_rollout_ref.rollout.name} server actors", rollout_servers(cfg)),
-    ]
-    if OmegaConf.select(cfg, "reward_model.launch_reward_fn_async"):
+def demand(world: int, engine: str, servers: int, async_reward: bool) -> Demand:
+    """What holds Ray CPUs: a bundle per trainer rank, the TaskRunner, the rollout's servers, the async reward."""
+    rows = [("trainer worker bundles", world), ("TaskRunner", 1), (f"{engine} server actors", servers)]
+    if async_reward:
         rows.append(("async reward task", 1))
     return Demand(tuple(rows))
 
 
-def problems(cfg: DictConfig) -> list[str]:
+def problems(available: object, nnodes: int, need: Demand) -> list[str]:
     """A single-node plan whose Ray CPU demand exceeds the ``num_cpus`` verl starts Ray with: it would wait forever.
 
-    Multi-node runs join a running cluster (``scripts/ray_cluster.sh``), where the nodes' own counts decide; a null
-    ``num_cpus`` lets Ray count the host's cores, which an accelerator node has plenty of."""
-    available = OmegaConf.select(cfg, NUM_CPUS_KEY)
-    if available is None or int(cfg.trainer.nnodes) > 1:
+    ``available``: ``ray_kwargs.ray_init.num_cpus``. Multi-node runs join a running cluster
+    (``scripts/ray_cluster.sh``), where the nodes' own counts decide; a null ``num_cpus`` lets Ray count the host's
+    cores, which an accelerator node has plenty of."""
+    if available is None or nnodes > 1:
         return []
-    need = demand(cfg)
-    if need.total <= int(available):
+    if need.total <= int(available):  # type: ignore[call-overload]
         return []
     return [
         f"{NUM_CPUS_KEY}={available} but the run holds {need.total} Ray CPUs at once ({need.describe()}): Ray would "
@@ -88,10 +77,10 @@ def problems(cfg: DictConfig) -> list[str]:
     ]
 
 
-def joins_a_cluster(phase: str, cfg: DictConfig, environ: Mapping[str, str]) -> bool:
+def joins_a_cluster(phase: str, nnodes: int, environ: Mapping[str, str]) -> bool:
     """An RL run that connects to a running Ray (``RAY_ADDRESS``, or ``trainer.nnodes`` > 1: the cluster
-    ``scripts/ray_cluster.sh`` started) instead of starting its own."""
-    return phase == "rl" and (int(cfg.trainer.nnodes) > 1 or bool(environ.get("RAY_ADDRESS", "").strip()))
+    ``scripts/ray_cluster.sh`` started) instead of starting its own. Decided once per plan (``Plan.joins_cluster``)."""
+    return phase == "rl" and (nnodes > 1 or bool(environ.get("RAY_ADDRESS", "").strip()))
 
 
 def for_existing_cluster(device: Sequence[str], user_keys: set[str]) -> list[str]:

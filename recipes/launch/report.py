@@ -1,9 +1,9 @@
 """The dry-run table: the handful of numbers that decide whether a run fits, and how long it is.
 
-One ``name: value`` line per row (stable names, parsed by the tests), computed from the resolved config exactly as
-verl will see it, then the errors and warnings, then the command. Steps per epoch follow verl's data loaders: RL
-draws ``train_batch_size`` prompts per step with ``drop_last``; SFT shards the rows over the data-parallel ranks
-(``DistributedSampler(drop_last=True)``) and each rank draws ``train_batch_size / dp`` per step.
+One ``name: value`` line per row (stable names, parsed by the tests), then the errors and warnings, then the command.
+This module only formats: every number comes from the plan's :class:`~recipes.launch.facts.Facts` (derived once, the
+same numbers the checks read) and every setting from the resolved config as verl will see it; it calls nothing that
+derives or probes.
 """
 
 from __future__ import annotations
@@ -13,10 +13,14 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from platforms import PROFILES, current_platform
-from recipes.launch import budget, capacity, inputs, memory, parity, ray_cpus, runlog, trace
-from recipes.launch.checks import world_size
+from platforms import PROFILES
+from recipes.launch import inputs, parity, runlog
+from recipes.launch.budget import Steps, human
+from recipes.launch.capacity import RAY_ASYNC_ACTOR_CONCURRENCY, SERVER_CONTROL_CALLS
+from recipes.launch.facts import Facts
+from recipes.launch.memory import MemoryEstimate
 from recipes.launch.plan import Plan
+from recipes.launch.ray_cpus import NUM_CPUS_KEY
 
 
 def _flag(value: object, on: str, off: str) -> str:
@@ -27,37 +31,35 @@ def _freq(value: int) -> str:
     return "never" if int(value) <= 0 else f"every {value} steps"
 
 
-def steps_per_epoch(plan: Plan) -> tuple[int | None, str]:
-    """(steps, how) from the training rows, or (None, why not): :func:`recipes.launch.budget.steps_per_epoch`."""
-    assert plan.cfg is not None
-    return budget.steps_per_epoch(plan.cfg, plan.recipe.phase, plan.rows_in_train)
+def _total_steps(steps: Steps) -> str:
+    if steps.cap is not None:
+        if steps.per_epoch is not None and steps.per_epoch * steps.epochs < steps.cap:
+            capped = f"trainer.total_training_steps={steps.cap} not reached"
+            return f"{steps.per_epoch * steps.epochs} ({steps.epochs} epoch(s) x {steps.per_epoch}; {capped})"
+        return f"{steps.cap} (trainer.total_training_steps)"
+    if steps.per_epoch is None:
+        return f"{steps.epochs} epoch(s) x steps per epoch"
+    return f"{steps.per_epoch * steps.epochs} ({steps.epochs} epoch(s) x {steps.per_epoch})"
 
 
-def total_steps(plan: Plan) -> str:
-    assert plan.cfg is not None
-    return budget.total_steps_text(plan.cfg, plan.recipe.phase, plan.rows_in_train)
-
-
-def _checkpoint_row(plan: Plan) -> str:
-    ckpt = plan.checkpoints
-    if ckpt is None:
-        return "unknown"
-    each = f"~{budget.human(ckpt.per_checkpoint)} each (model + optimizer shards; {ckpt.source})"
+def _checkpoint_row(facts: Facts) -> str:
+    ckpt = facts.checkpoints
+    each = f"~{human(ckpt.per_checkpoint)} each (model + optimizer shards; {ckpt.source})"
     if ckpt.count is None:
         text = f"{each}; how many: unknown (steps unknown here)"
     else:
-        text = f"{ckpt.count} x {each} = ~{budget.human(ckpt.total or 0)}"
-    if plan.free_at_ckpt is not None:
-        free, where = plan.free_at_ckpt
-        text += f"; {budget.human(free)} free at {where}"
+        text = f"{ckpt.count} x {each} = ~{human(ckpt.total or 0)}"
+    if facts.free_at_ckpt is not None:
+        free, where = facts.free_at_ckpt
+        text += f"; {human(free)} free at {where}"
     return text
 
 
-def _reference_row(plan: Plan) -> list[tuple[str, str]]:
+def _reference_row(plan: Plan, facts: Facts) -> list[tuple[str, str]]:
     result = plan.recipe.reference_result
     if result is None:
         return []
-    planned = "unknown here" if plan.steps is None else f"{plan.steps} planned"
+    planned = "unknown here" if facts.steps.planned is None else f"{facts.steps.planned} planned"
     return [
         ("reference result", f"{result.metric} {result.value:.2f} at step {result.step} ({result.source}; {planned})")
     ]
@@ -108,10 +110,22 @@ def _dtype_row(plan: Plan, cfg: DictConfig) -> str:
     return f"{compute}; parameters {params}"
 
 
-def _common_head(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
-    profile = PROFILES[plan.hw]
+def _memory_row(est: MemoryEstimate) -> str:
+    text = (
+        f"training ~{est.train_gb:.0f} of {est.device_gb:g} GB per device (states {est.train_state_gb:.0f} GB + "
+        f"activations of {est.tokens_per_device} tokens {est.activation_gb:.0f} GB)"
+    )
+    if est.rollout_weights_gb is not None:
+        text += (
+            f"; vLLM weights {est.rollout_weights_gb:.0f} GB/device, KV for ~{(est.kv_tokens_per_replica or 0):,} "
+            f"tokens/replica (a trajectory is {est.trajectory_tokens})"
+        )
+    return text
+
+
+def _common_head(plan: Plan, cfg: DictConfig, facts: Facts) -> list[tuple[str, str]]:
+    profile, layout = PROFILES[plan.hw], facts.layout
     per_device = f", {profile.memory_gb_per_device} GB per device" if profile.memory_gb_per_device else ""
-    nnodes, per_node = int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node)
     unit = f"{profile.platform.ray_resource} devices" if profile.devices_per_node else "worker processes"
     return [
         (
@@ -121,19 +135,16 @@ def _common_head(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
         ),
         ("reference", plan.recipe.reference),
         ("device", f"{cfg.trainer.device}  ({profile.note}{per_device})"),
-        ("nodes", f"{nnodes} x {per_node} {unit} = {world_size(cfg)}"),
+        ("nodes", f"{layout.nnodes} x {layout.per_node} {unit} = {layout.world}"),
         ("dtype", _dtype_row(plan, cfg)),
         *([("parity", parity.describe(plan.recipe.phase))] if plan.parity else []),
-        *([("memory", memory.summary(plan.memory))] if plan.memory else []),
+        *([("memory", _memory_row(facts.memory))] if facts.memory else []),
     ]
 
 
-def _sft_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
-    world = world_size(cfg)
-    sp = int(cfg.ulysses_sequence_parallel_size)
-    dp = max(1, world // sp)
-    batch, micro = int(cfg.data.train_batch_size), int(cfg.data.micro_batch_size_per_gpu)
-    accumulate = max(1, batch // dp // micro)
+def _sft_rows(cfg: DictConfig, facts: Facts) -> list[tuple[str, str]]:
+    layout = facts.layout
+    sp, dp, batch, micro = layout.sp, layout.dp, layout.batch, layout.micro_batch
     return [
         ("entry", "torchrun -m verl.trainer.fsdp_sft_trainer"),
         (
@@ -144,7 +155,7 @@ def _sft_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
         (
             "batch",
             f"{batch} sequences/step = dp {dp} x {batch // dp}; micro-batch {micro} per device "
-            f"-> {accumulate} accumulation step(s)",
+            f"-> {layout.accumulation} accumulation step(s)",
         ),
         ("lengths", f"max_length {cfg.data.max_length} (truncation {cfg.data.truncation})"),
         (
@@ -154,20 +165,31 @@ def _sft_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
     ]
 
 
-def _engine(plan: Plan, name: str) -> str:
-    """The rollout's name, with its installed version when the plan is for this machine's platform."""
-    platform = PROFILES[plan.hw].platform
-    if platform is not current_platform():
-        return str(name)
-    engine = platform.rollout_engine()
-    return engine.label() if engine.name == name and engine.version else str(name)
-
-
-def _ray_cpus_row(cfg: DictConfig) -> str:
-    need = ray_cpus.demand(cfg)
-    available = OmegaConf.select(cfg, ray_cpus.NUM_CPUS_KEY)
+def _ray_cpus_row(cfg: DictConfig, facts: Facts) -> str:
+    need = facts.ray_demand
+    assert need is not None
+    available = OmegaConf.select(cfg, NUM_CPUS_KEY)
     of = f"ray_init.num_cpus {available}" if available is not None else "the host's cores (Ray counts them)"
     return f"{need.total} held at once ({need.describe()}) of {of}"
+
+
+def _in_flight_rows(facts: Facts) -> list[tuple[str, str]]:
+    """The async rollout's peak: every trajectory of a step is one generate call in flight, spread over the
+    replicas; a server admits ``max(1000, max_num_seqs + 16)`` (patch 0028) and vLLM decodes up to ``max_num_seqs``,
+    the rest wait in vLLM's queue. None without server actors (a sync rollout, or the hf rollout)."""
+    peak, layout = facts.in_flight, facts.layout
+    if peak is None:
+        return []
+    seqs = peak.max_num_seqs
+    return [
+        (
+            "in flight",
+            f"{peak.per_replica:,} generate calls per replica at a step's peak ({layout.trajectories:,} trajectories "
+            f"/ {layout.replicas}); its server admits {peak.admits:,} at once (max({RAY_ASYNC_ACTOR_CONCURRENCY}, "
+            f"max_num_seqs {seqs:,} + {SERVER_CONTROL_CALLS}), patch 0028), the engine runs up to max_num_seqs "
+            f"{seqs:,}",
+        )
+    ]
 
 
 def _micro_batch(actor: DictConfig) -> str:
@@ -177,11 +199,9 @@ def _micro_batch(actor: DictConfig) -> str:
     return f"{actor.ppo_micro_batch_size_per_gpu} per device"
 
 
-def _rl_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
-    arr = cfg.actor_rollout_ref
-    world = world_size(cfg)
-    sp, tp = int(arr.actor.ulysses_sequence_parallel_size), int(arr.rollout.tensor_model_parallel_size)
-    batch, n, mini = int(cfg.data.train_batch_size), int(arr.rollout.n), int(arr.actor.ppo_mini_batch_size)
+def _rl_rows(plan: Plan, cfg: DictConfig, facts: Facts) -> list[tuple[str, str]]:
+    arr, layout = cfg.actor_rollout_ref, facts.layout
+    batch, n, mini = layout.batch, layout.samples, layout.mini_batch
     offload = [name for name in ("param", "optimizer") if arr.actor.fsdp_config.get(f"{name}_offload")]
     micro = _micro_batch(arr.actor)
     mt = arr.rollout.multi_turn
@@ -193,22 +213,22 @@ def _rl_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
         ("entry", "python -m verl.trainer.main_ppo"),
         (
             "training",
-            f"{arr.actor.strategy}, Ulysses SP {sp} -> data-parallel {max(1, world // sp)}, offload "
+            f"{arr.actor.strategy}, Ulysses SP {layout.sp} -> data-parallel {layout.dp}, offload "
             f"{'+'.join(offload) or 'off'}, fused log-probs {_flag(arr.model.use_fused_kernels, 'on', 'off')}, "
             f"torch.compile {_flag(arr.actor.use_torch_compile, 'on', 'off')}",
         ),
         (
             "rollout",
-            f"{_engine(plan, arr.rollout.name)} {arr.rollout.mode}, TP {tp} -> {max(1, world // tp)} replica(s), "
+            f"{facts.rollout_label} {arr.rollout.mode}, TP {layout.tp} -> {layout.replicas} replica(s), "
             f"gpu_memory_utilization {arr.rollout.gpu_memory_utilization}, "
             f"{_flag(arr.rollout.enforce_eager, 'eager', 'graphs')}, {arr.rollout.agent.num_workers} agent workers",
         ),
-        *[("in flight", row) for row in [capacity.rollout_in_flight(cfg, max(1, world // tp))] if row],
-        ("ray cpus", _ray_cpus_row(cfg)),
+        *_in_flight_rows(facts),
+        ("ray cpus", _ray_cpus_row(cfg, facts)),
         (
             "batch",
-            f"{batch} prompts x {n} samples = {batch * n} trajectories/step; mini-batch {mini} "
-            f"-> {max(1, batch // mini)} update(s)/step; micro-batch {micro}",
+            f"{batch} prompts x {n} samples = {layout.trajectories} trajectories/step; mini-batch {mini} "
+            f"-> {layout.updates} update(s)/step; micro-batch {micro}",
         ),
         (
             "lengths",
@@ -233,46 +253,48 @@ def _rl_rows(plan: Plan, cfg: DictConfig) -> list[tuple[str, str]]:
         ),
         ("reward", f"{Path(str(reward.path)).name}:{reward.name}" + (f" ({kwargs})" if kwargs else "")),
         ("sandbox", _input_value(plan, f"{inputs.RL_ENV_KEY}.RETOOL_SANDBOX_URL")),
-        ("rollout trace", trace.describe(cfg, plan.env)),
+        ("rollout trace", facts.trace),
     ]
 
 
-def _run_log_row(plan: Plan, cfg: DictConfig) -> str:
-    """Where a launch tees its output (recipes/launch/runlog.py): the log outlives the terminal."""
-    ckpt, nnodes = Path(str(cfg.trainer.default_local_dir)), int(cfg.trainer.nnodes)
-    text = f"{runlog.log_path(ckpt, plan.recipe.phase, nnodes, {})}  (every launch and restart appends to it"
-    if plan.recipe.phase == "sft" and nnodes > 1:
+def _run_log_row(plan: Plan, facts: Facts) -> str:
+    """Where a launch tees its output (recipes/launch/runlog.py): the log outlives the terminal; on node 0 (the
+    one this table describes), ``run.log`` in the checkpoint folder."""
+    ckpt = facts.ckpt_dir
+    text = f"{ckpt / runlog.LOG_NAME}  (every launch and restart appends to it"
+    if plan.recipe.phase == "sft" and facts.layout.nnodes > 1:
         text += f"; node R > 0: {ckpt / 'run.node<R>.log'}"
     return text + ")"
 
 
 def rows(plan: Plan) -> list[tuple[str, str]]:
-    cfg = plan.cfg
-    assert cfg is not None
-    body = _sft_rows(plan, cfg) if plan.recipe.phase == "sft" else _rl_rows(plan, cfg)
-    per_epoch, how = steps_per_epoch(plan)
+    cfg, facts = plan.cfg, plan.facts
+    assert cfg is not None and facts is not None
+    body = _sft_rows(cfg, facts) if plan.recipe.phase == "sft" else _rl_rows(plan, cfg, facts)
+    per_epoch, how = facts.steps.per_epoch, facts.steps.how
     keep = cfg.trainer.get("max_ckpt_to_keep", cfg.trainer.get("max_actor_ckpt_to_keep"))
     tail = [
         ("model", _input_value(plan, inputs.model_key(plan.recipe))),
         ("train data", _input_value(plan, "data.train_files")),
         ("val data", _input_value(plan, "data.val_files")),
         ("steps/epoch", f"{per_epoch}  ({how})" if per_epoch is not None else f"unknown  ({how})"),
-        ("total steps", total_steps(plan)),
-        *_reference_row(plan),
+        ("total steps", _total_steps(facts.steps)),
+        *_reference_row(plan, facts),
         ("checkpoints", f"{_input_value(plan, 'trainer.default_local_dir')}"),
-        ("run log", _run_log_row(plan, cfg)),
+        ("run log", _run_log_row(plan, facts)),
         ("saving", f"{_freq(cfg.trainer.save_freq)}, keep {keep if keep else 'all'}"),
-        ("checkpoint disk", _checkpoint_row(plan)),
+        ("checkpoint disk", _checkpoint_row(facts)),
         ("logger", f"{', '.join(cfg.trainer.logger)}; tensorboard dir {plan.env.get('TENSORBOARD_DIR', '?')}"),
-        ("environment", PROFILES[plan.hw].env_command(plan.recipe.phase)),
+        ("environment", plan.env_command),
         ("checked", "; ".join(plan.checked) if plan.checked else "nothing (errors first)"),
     ]
-    return _common_head(plan, cfg) + body + tail
+    return _common_head(plan, cfg, facts) + body + tail
 
 
 def render_table(plan: Plan) -> str:
-    width = max(len(name) for name, _ in rows(plan)) + 2
-    return "\n".join(f"{name + ':':<{width}}{value}" for name, value in rows(plan))
+    table = rows(plan)
+    width = max(len(name) for name, _ in table) + 2
+    return "\n".join(f"{name + ':':<{width}}{value}" for name, value in table)
 
 
 def render_command(plan: Plan) -> str:
@@ -287,15 +309,12 @@ def render_command(plan: Plan) -> str:
 def render(plan: Plan, *, dry_run: bool) -> str:
     """Table, problems and (for a dry run) the command."""
     parts = []
-    if plan.cfg is not None and plan.counts_ok:  # the table does arithmetic on those counts
+    if plan.cfg is not None and plan.facts is not None:  # facts exist once the counts they divide by passed
         parts.append(render_table(plan))
     parts += [f"warning: {w}" for w in plan.warnings]
     parts += [f"error: {e}" for e in plan.errors]
     if dry_run and plan.argv:
-        parts.append(
-            f"command (after `source <({PROFILES[plan.hw].env_command(plan.recipe.phase)})`, as the launcher "
-            f"does):\n  {render_command(plan)}"
-        )
+        parts.append(f"command (after `source <({plan.env_command})`, as the launcher does):\n  {render_command(plan)}")
     if dry_run:
         verdict = "FAILED" if plan.errors else "OK"
         parts.append(f"dry run {verdict}: nothing was started (no Ray, no torchrun, no model loaded)")

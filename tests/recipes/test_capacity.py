@@ -218,9 +218,15 @@ def test_server_admits_what_the_patched_replica_asks_ray_for(max_num_seqs: int) 
 
 
 def test_the_plan_shows_generate_calls_per_replica_against_the_server() -> None:
-    cfg = _cfg("qwen2.5_32b_dapo", "h200")  # 512 x 16 trajectories over 2 replicas of TP 4
-    row = capacity.rollout_in_flight(cfg, replicas=2)
-    assert row is not None and row.startswith("4,096 generate calls per replica"), row
+    from recipes.launch import report
+
+    built = plan.build(RECIPES["qwen2.5_32b_dapo"], "h200", [], path_check=False, environ={"HOME": "/nonexistent"})
+    assert built.facts is not None and built.facts.in_flight is not None  # 512 x 16 trajectories, 2 replicas of TP 4
+    assert (built.facts.layout.replicas, built.facts.in_flight.per_replica) == (2, 4096)
+    row = dict(report.rows(built))["in flight"]
+    assert row.startswith("4,096 generate calls per replica"), row
     assert "admits 1,040 at once" in row and "max_num_seqs 1,024" in row, row
-    sync = _cfg("qwen2.5_32b_dapo", "h200", "actor_rollout_ref.rollout.mode=sync")
-    assert capacity.rollout_in_flight(sync, replicas=2) is None
+    sync = plan.build(
+        RECIPES["qwen2.5_32b_dapo"], "h200", ["actor_rollout_ref.rollout.mode=sync"], environ={"HOME": "/nonexistent"}
+    )
+    assert sync.facts is not None and sync.facts.in_flight is None and "in flight" not in dict(report.rows(sync))

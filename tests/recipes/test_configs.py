@@ -337,7 +337,7 @@ def test_path_checks_name_the_input_and_the_fix(
     environ["MODEL_PATH"] = str(make_model(tmp_path / "tiny", heads=4, kv_heads=2))
     make_parquet(tmp_path / "data" / "retool_sft.parquet", 20)
     built = plan.build(RECIPES["qwen3_4b_sft"], "cpu", ["data.train_max_samples=-1"], environ=environ)
-    assert built.errors == [] and built.rows_in_train == 20
+    assert built.errors == [] and built.facts is not None and built.facts.steps.rows == 20
     # heads come from the model's own config.json (4 here, not the recipe's 32): SP 8 no longer divides them
     built = plan.build(RECIPES["qwen3_4b_sft"], "a3", ["ulysses_sequence_parallel_size=8"], environ=environ)
     assert any("8: Ulysses SP must divide the 4 attention heads" in e for e in built.errors), built.errors

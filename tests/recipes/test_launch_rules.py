@@ -92,7 +92,7 @@ def test_free_cache_engine_off_is_refused() -> None:
 def test_zero_steps_is_an_error(tmp_path: Path, make_parquet: Callable[[Path, int], Path]) -> None:
     environ = {"HOME": FAKE_HOME, "TRAIN_FILE": str(make_parquet(tmp_path / "tiny.parquet", 4))}
     built = _build("qwen2.5_32b_dapo", "a3", environ=environ)
-    assert built.steps == 0
+    assert built.facts.steps.planned == 0
     assert _has(built, "the run would train 0 steps (4 rows / batch 512")
 
 
@@ -104,20 +104,24 @@ def test_rl_recipes_reach_the_reference_step(
     environ = {"HOME": FAKE_HOME, "TRAIN_FILE": str(make_parquet(tmp_path / "dapo.parquet", 17_917))}
     built = _build(name, "a3", environ=environ)
     assert RECIPES[name].reference_result is not None and RECIPES[name].reference_result.step == reference_step
-    assert built.steps is not None and built.steps >= reference_step, built.steps
+    assert built.facts.steps.planned is not None and built.facts.steps.planned >= reference_step, (
+        built.facts.steps.planned
+    )
     assert not any("fall short" in w for w in built.warnings), built.warnings
     row = dict(_rows(built))["reference result"]
-    assert f"at step {reference_step}" in row and f"{built.steps} planned" in row
+    assert f"at step {reference_step}" in row and f"{built.facts.steps.planned} planned" in row
 
 
 def test_short_runs_warn_against_the_reference_step(tmp_path: Path, make_parquet: Callable) -> None:
     built = _build("qwen2.5_32b_dapo", "a3", "trainer.total_training_steps=100")
-    assert built.steps == 100
+    assert built.facts.steps.planned == 100
     assert any("100 planned steps fall short of step 150" in w for w in built.warnings), built.warnings
     # one epoch of the 32B recipe over the deduplicated data (the reference's total_epochs) stops at step 34
     environ = {"HOME": FAKE_HOME, "TRAIN_FILE": str(make_parquet(tmp_path / "dapo.parquet", 17_917))}
     built = _build("qwen2.5_32b_dapo", "a3", "trainer.total_epochs=1", environ=environ)
-    assert built.steps == 34 and any("34 planned steps fall short of step 150" in w for w in built.warnings)
+    assert built.facts.steps.planned == 34 and any(
+        "34 planned steps fall short of step 150" in w for w in built.warnings
+    )
 
 
 def _rows(built: plan.Plan) -> list[tuple[str, str]]:
@@ -138,16 +142,20 @@ def test_checkpoint_budget_counts_saves_and_keeps(tmp_path: Path, make_parquet: 
     # 4B RL, 17,917 rows: 279 steps, a save every 10 steps and at the last: 28 checkpoints of 12 B/parameter
     environ = {"HOME": FAKE_HOME, "TRAIN_FILE": str(make_parquet(tmp_path / "dapo.parquet", 17_917))}
     built = _build("qwen3_4b_dapo", "a3", environ=environ)
-    assert built.steps == 279 and built.checkpoints is not None
-    assert built.checkpoints.count == 28 and built.checkpoints.keep is None
-    assert built.checkpoints.per_checkpoint == QWEN3_4B.parameters * budget.CKPT_BYTES_PER_PARAM
-    assert 1.3e12 < built.checkpoints.total < 1.4e12  # ~1.35 TB
+    assert built.facts.steps.planned == 279
+    assert built.facts.checkpoints.count == 28 and built.facts.checkpoints.keep is None
+    assert built.facts.checkpoints.per_checkpoint == QWEN3_4B.parameters * budget.CKPT_BYTES_PER_PARAM
+    assert 1.3e12 < built.facts.checkpoints.total < 1.4e12  # ~1.35 TB
     # the 32B recipe keeps 2
-    assert _build("qwen2.5_32b_dapo", "a3").checkpoints.count == 2
+    assert _build("qwen2.5_32b_dapo", "a3").facts.checkpoints.count == 2
     # SFT saves its last step even without save_freq; RL does not
-    assert _build("qwen3_4b_sft", "a3", "trainer.save_freq=-1", "trainer.total_training_steps=5").checkpoints.count == 1
     assert (
-        _build("qwen3_4b_dapo", "a3", "trainer.save_freq=-1", "trainer.total_training_steps=5").checkpoints.count == 0
+        _build("qwen3_4b_sft", "a3", "trainer.save_freq=-1", "trainer.total_training_steps=5").facts.checkpoints.count
+        == 1
+    )
+    assert (
+        _build("qwen3_4b_dapo", "a3", "trainer.save_freq=-1", "trainer.total_training_steps=5").facts.checkpoints.count
+        == 0
     )
 
 
@@ -165,7 +173,7 @@ def test_checkpoint_disk_short_is_an_error(
     params = memory.facts_for(environ["MODEL_PATH"], RECIPES["qwen3_4b_sft"].model).parameters
     monkeypatch.setattr(budget, "free_bytes", lambda path: (params * 12 + 10**5, Path(path).parent))  # 1 ckpt fits
     built = plan.build(RECIPES["qwen3_4b_sft"], "a3", [], path_check=True, environ=environ)
-    assert built.checkpoints is not None and built.checkpoints.per_checkpoint == params * 12
+    assert built.facts.checkpoints.per_checkpoint == params * 12
     free = budget.human(params * 12 + 10**5)
     assert _has(built, "checkpoints need ~") and _has(built, f"{free} free"), built.errors
     assert _has(built, "trainer.max_ckpt_to_keep=N")
@@ -205,7 +213,7 @@ def test_the_h200_profile_holds_the_32b_recipe_on_one_node() -> None:
         built = _build(name, "h200")
         assert built.errors == [], built.errors
         assert (built.cfg.trainer.nnodes, built.cfg.trainer.n_gpus_per_node) == (1, 8)
-        assert built.memory is not None and built.memory.train_gb < 0.95 * 141
+        assert built.facts.memory is not None and built.facts.memory.train_gb < 0.95 * 141
     rl = _build("qwen2.5_32b_dapo", "h200").cfg.actor_rollout_ref
     assert (rl.actor.ulysses_sequence_parallel_size, rl.rollout.tensor_model_parallel_size) == (8, 4)
     assert rl.actor.fsdp_config.param_offload and rl.actor.fsdp_config.optimizer_offload

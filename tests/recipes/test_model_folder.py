@@ -113,7 +113,7 @@ def test_the_checkpoint_estimate_is_the_models_shape_whatever_is_on_disk(tmp_pat
             handle.truncate(40 * 10**9)
     for where in (str(tmp_path / "absent"), str(partial), str(big)):
         built = plan.build(SEVEN_B, "a3", [], path_check=False, environ={"HOME": str(tmp_path), "MODEL_PATH": where})
-        assert built.checkpoints is not None and built.checkpoints.per_checkpoint == facts_based, where
+        assert built.facts is not None and built.facts.checkpoints.per_checkpoint == facts_based, where
     assert facts_based > 90e9
 
 
