@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_serve_capacity(serve: argparse.ArgumentParser, defaults: SandboxSettings) -> None:
-    """Where it listens and how many requests it takes at once (the sizing rule of the README)."""
+    """Where it listens and how many requests it takes at once (the sizing rule of docs/sandbox.md)."""
     serve.add_argument("--host", default=defaults.host, help="bind address (default %(default)s: loopback only)")
     serve.add_argument("--port", type=_port, default=defaults.port, help="default %(default)s; 0: any free port")
     serve.add_argument(

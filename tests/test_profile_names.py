@@ -2,8 +2,8 @@
 
 Every list of profile or platform names still spelled by hand (docs, usage comments, Dockerfiles, help text) must be
 one of the sets the registries define, so adding a profile fails here until each list names it (the lists used to
-omit ``h200`` in ~16 places); the CLIs' choices and help and the README's support matrix and image table are checked
-against :data:`~platforms.profiles.PROFILES` itself.
+omit ``h200`` in ~16 places); the CLIs' choices and help, the README's support matrix and docs/images.md's image
+lines are checked against :data:`~platforms.profiles.PROFILES` itself.
 """
 
 from __future__ import annotations
@@ -125,6 +125,8 @@ def test_cli_choices_and_help_come_from_the_registry() -> None:
 
 
 README = (REPO_ROOT / "README.md").read_text()
+IMAGES_PAGE = (REPO_ROOT / "docs" / "images.md").read_text()
+BUILD_LINE = re.compile(r"^docker/build\.sh --hw ([\w.]+) +# (\S+)", re.M)
 
 
 def test_readme_support_matrix_has_every_profile() -> None:
@@ -136,10 +138,16 @@ def test_readme_support_matrix_has_every_profile() -> None:
             assert str(profile.devices_per_node) in rows[name] and f"{profile.memory_gb_per_device} GB" in rows[name]
 
 
-def test_readme_image_table_has_every_image() -> None:
-    """The Images section shows ``docker/build.sh --hw X`` with the default tag of every profile that has an image."""
+def test_images_page_has_every_image() -> None:
+    """docs/images.md shows ``docker/build.sh --hw X`` with the default tag of every profile that has an image, and
+    every such line of the README and the images page names its profile's own tag."""
+    shown = dict(BUILD_LINE.findall(IMAGES_PAGE))
     for profile in image_profiles():
         assert profile.image is not None
-        line = re.search(rf"^docker/build\.sh --hw {profile.name} +# (\S+)", README, re.M)
-        assert line, f"README has no docker/build.sh --hw {profile.name} line"
-        assert line.group(1) == profile.image.kit_tag, (profile.name, line.group(1))
+        assert profile.name in shown, f"docs/images.md has no docker/build.sh --hw {profile.name} line"
+    tags = {profile.name: profile.image.kit_tag for profile in image_profiles() if profile.image is not None}
+    for page, text in (("README.md", README), ("docs/images.md", IMAGES_PAGE)):
+        for name, tag in BUILD_LINE.findall(text):
+            assert tags.get(name) == tag, (
+                f"{page}: docker/build.sh --hw {name} shows {tag}, its tag is {tags.get(name)}"
+            )

@@ -25,7 +25,7 @@ RL_ENV_KEY = RL_JOB_ENV_KEY
 """Job-wide environment of an RL run: Ray applies it to every worker on every node (a worker otherwise inherits its
 raylet's environment, which on a multi-node cluster was fixed when ``ray start`` ran)."""
 
-#: Every environment variable the launcher reads, with what it means (``--help`` and the README print this).
+#: Every environment variable the launcher reads, with what it means (``--help`` prints this; docs/recipes.md).
 ENV_DOC: dict[str, str] = {
     "MODEL_PATH": "model to train: SFT: the base model (default ~/models/<name>); RL: the merged SFT model "
     f"(default <CKPT_ROOT>/<sft experiment>/{MERGED_DIR_NAME}, what scripts/sft_to_rl.sh writes)",

@@ -1,6 +1,6 @@
 """scripts/test_images.sh (docker/test_images.py) and the stand-in builders, without a docker daemon: their help,
 their table, and that every stand-in answers for a pinned base. The builds themselves need a daemon and ~10 GB a
-image: `bash scripts/test_images.sh` (README, "Images built and run here")."""
+image: `bash scripts/test_images.sh` (docs/images.md, "Images built and run here")."""
 
 from __future__ import annotations
 

@@ -144,7 +144,7 @@ def test_in_flight_per_sandbox(name, hw, overrides, url, expected) -> None:
     ],
 )
 def test_launch_demand_prints_the_number_the_sandbox_bench_takes(argv, expected, capsys) -> None:
-    """``retool-sandbox bench --burst "$(retool-launch demand ...)"``: stdout is the number alone (README)."""
+    """``retool-sandbox bench --burst "$(retool-launch demand ...)"``: stdout is the number alone (docs/sandbox.md)."""
     assert launch_cli.main(["demand", *argv]) == 0
     out, err = capsys.readouterr()
     assert out == f"{expected}\n"

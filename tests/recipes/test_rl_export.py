@@ -2,7 +2,7 @@
 
 The real merge of an RL run's actor (2 ranks, FSDP2) and the evaluation of the merged folder run end to end in
 tests/cpu/test_cpu_rl.py (test_rl_checkpoint_merges_and_scores). Here: the step it picks, the shards it checks,
-the target it writes, and every refusal, in one line and with the README's exit code.
+the target it writes, and every refusal, in one line and with the exit code of docs/troubleshooting.md.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ passes only when validation accuracy rises by >= 0.15 and x1.5 and the tool-call
 1 with a ``did NOT learn`` line otherwise, and this test re-checks the numbers from ``summary.json`` so that a judge
 that stopped judging would not pass either. What it proves that a pipeline check cannot: the reward reaches the
 trainer with its sign, the weights reach vLLM, the loss mask leaves the tool's output out (each sabotaged, the check
-fails: ``scripts/bench_learn.sh``, README).
+fails: ``scripts/bench_learn.sh``, docs/main-job.md).
 
 It is also the default run's pipeline check (tests/kit_main_job.py: every stage ok, SFT learned the call format,
 calls executed in the sandbox through the platform's engine, the sandbox stopped, eval and plots written); the same
