@@ -31,7 +31,9 @@ fi
 
 # shellcheck source=lib/venv.sh
 source scripts/lib/venv.sh
+venv_start=$SECONDS
 kit_ensure_venv
+venv_s=$((SECONDS - venv_start))
 
 export TORCH_DEVICE_BACKEND_AUTOLOAD=0 # never auto-import torch_npu (no CANN here)
 export KIT_ALLOW_EPHEMERAL_CKPT=1      # tests write throwaway checkpoints, also inside a container's own filesystem
@@ -53,10 +55,17 @@ if ((workers > 1)); then
 fi
 status=0
 echo "== pytest, phase 1 of 2: the quick tests (${workers} worker(s))"
+phase_start=$SECONDS
 "$KIT_PYTHON" -m pytest -m "not slow and not serial" "${parallel[@]}" || status=$?
+phase1_s=$((SECONDS - phase_start))
 echo "== pytest, phase 2 of 2: the end-to-end runs and the timing-bound tests, one at a time"
 rc=0
+phase_start=$SECONDS
 "$KIT_PYTHON" -m pytest -m "slow or serial" || rc=$?
+phase2_s=$((SECONDS - phase_start))
+# Where CI's minutes go, one line a user and CI's log can compare run to run (wall seconds of this machine).
+echo "== test.sh wall time: venv ${venv_s} s, phase 1 ${phase1_s} s (exit ${status}), phase 2 ${phase2_s} s" \
+  "(exit ${rc}), total $((venv_s + phase1_s + phase2_s)) s"
 if ((rc > status)); then
   status=$rc
 fi

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 from kit_testing import REPO_ROOT, kit_env
 
@@ -101,3 +102,57 @@ def test_the_default_run_skips_the_unpatched_end_to_end_runs_with_their_reason()
     )
     assert "test_patched_killed_at_an_epoch_end" in listed.stdout
     assert "test_patched_resume_serves_the_uninterrupted_prompts" in listed.stdout
+
+
+def _fake_kit(root: Path, rc_quick: int, rc_alone: int) -> dict[str, str]:
+    """A copy of the test command in ``root`` whose venv is a stand-in python: it answers the venv step's questions
+    and 'runs' each pytest phase by printing its arguments and exiting with the given status."""
+    import shutil
+
+    for name in ("scripts/test.sh", "scripts/lib/venv.sh", "scripts/setup_verl.sh", "pins.env", "pyproject.toml"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO_ROOT / name, root / name)
+    shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    bin_dir = root / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "python").write_text(
+        "#!/bin/bash\n"
+        "if [[ $1 == -c ]]; then echo /fake/libtcmalloc_minimal.so.4; exit 0; fi\n"  # the venv step's tcmalloc probe
+        'echo "fake pytest $*"\n'
+        f'[[ " $* " == *" not slow and not serial "* ]] && exit {rc_quick}\n'
+        f"exit {rc_alone}\n"
+    )
+    tools = root / "tools"
+    tools.mkdir()
+    (tools / "bwrap").write_text("#!/bin/sh\nexit 0\n")
+    (tools / "ldconfig").write_text("#!/bin/sh\necho 'libnuma.so.1 (libc6,x86-64) => /fake/libnuma.so.1'\n")
+    for path in (bin_dir / "python", tools / "bwrap", tools / "ldconfig"):
+        path.chmod(0o755)
+    (root / "build" / "verl" / ".git").mkdir(parents=True)
+    stamp = subprocess.run(
+        ["bash", "-c", f"KIT_ROOT={root}; source {root}/scripts/lib/venv.sh; _kit_stamp"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (root / ".venv" / ".kit-stamp").write_text(stamp + "\n")
+    env = kit_env()
+    env["PATH"] = f"{tools}:{env['PATH']}"
+    return env
+
+
+def test_the_default_run_prints_each_phases_wall_time_and_keeps_the_worse_exit(tmp_path: Path) -> None:
+    """Issue 41: the end of ``bash scripts/test.sh`` says where the minutes went (venv, phase 1, phase 2)."""
+    for rc_quick, rc_alone, want in ((0, 0, 0), (1, 0, 1), (0, 2, 2)):
+        root = tmp_path / f"kit-{rc_quick}-{rc_alone}"
+        env = _fake_kit(root, rc_quick, rc_alone)
+        proc = subprocess.run(["bash", "scripts/test.sh"], cwd=root, env=env, capture_output=True, text=True)
+        assert proc.returncode == want, proc.stdout + proc.stderr
+        assert "fake pytest -m pytest -m not slow and not serial" in proc.stdout, proc.stdout
+        assert "fake pytest -m pytest -m slow or serial" in proc.stdout, proc.stdout
+        line = proc.stdout.strip().splitlines()[-1]
+        assert re.fullmatch(
+            rf"== test\.sh wall time: venv \d+ s, phase 1 \d+ s \(exit {rc_quick}\), phase 2 \d+ s \(exit "
+            rf"{rc_alone}\), total \d+ s",
+            line,
+        ), proc.stdout
