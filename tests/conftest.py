@@ -51,6 +51,15 @@ OPT_IN_MARKERS = {
         "`bash scripts/test.sh -m unpatched_e2e`; the default run checks the same patch on its own (tests/patches/) "
         "and end to end with it applied"
     ),
+    # Issue 41: end-to-end runs that proved what the default run's main job (tests/smoke/test_learning_run.py) proves
+    # on a real model, each seen failing that run when its capability was broken: the async tool agent loop through
+    # vLLM's server and rollout traces to mlflow (the main job runs with --trace), the weight sync (the main job does
+    # not learn without it: 0.50 -> 0.48 with only the first update reaching vLLM), vLLM's CPU prefix caching off in
+    # GRPO groups (the main job's RL dies in its first step with it on). ~12 min of CI; kept as sharper diagnoses.
+    "covered_e2e": (
+        "an end-to-end run whose capability the main job's run proves too (~3-5 min) runs with "
+        "`bash scripts/test.sh -m covered_e2e`; the default run checks it on the main job (test_learning_run.py)"
+    ),
 }
 
 

@@ -156,3 +156,29 @@ def test_the_default_run_prints_each_phases_wall_time_and_keeps_the_worse_exit(t
             rf"{rc_alone}\), total \d+ s",
             line,
         ), proc.stdout
+
+
+def test_the_default_run_skips_the_covered_end_to_end_runs_with_their_reason() -> None:
+    """Issue 41: the tiny-model runs the main job's run proves again are opt-in; the rest of their file still runs."""
+    files = ["tests/cpu/test_cpu_rl.py", "tests/cpu/test_cpu_grpo_prefix_groups.py"]
+    chosen = "async_tool_agent_loop or weight_sync_reaches or grpo_groups"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "slow or serial", "-k", chosen, *files],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
+    assert proc.returncode == 0 and re.search(r"\b3 skipped\b", proc.stdout), proc.stdout[-3000:]
+    assert "bash scripts/test.sh -m covered_e2e" in proc.stdout
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow or serial", files[0]],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
+    assert "test_sync_grpo_survives_a_killed_worker_and_a_killed_driver" in listed.stdout
+    assert "test_rl_checkpoint_merges_and_scores" in listed.stdout

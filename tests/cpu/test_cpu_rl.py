@@ -16,6 +16,8 @@ verl's vLLM async server (vLLM's CPU build), the engine NPU and GPU runs use.
     the first weight update reaches vLLM) and compare ``training/rollout_probs_diff_mean`` at step 2 (vLLM's log-probs
     of its samples against the actor's recomputation). The model is the tiny Qwen3 with a 0.3 init range, whose
     outputs move when its weights do; on the default near-uniform one both cases measure ~1e-6.
+(b) and (c) are opt-in (``-m covered_e2e``, tests/conftest.py): the default run's main job proves the async tool
+    agent loop through vLLM, rollout traces and the weight sync on a real model (tests/smoke/test_learning_run.py).
 (d) from checkpoint to score: run (a)'s last checkpoint merged by scripts/rl_to_hf.sh and scored by
     scripts/eval_model.sh (validation only through the launcher, the kit's sandbox, retool-eval).
 
@@ -382,6 +384,7 @@ def _async_overrides(assets: dict[str, Path], ckpt: Path, model: Path, *, traced
     return overrides + [f"++ray_kwargs.ray_init.runtime_env.env_vars.{k}='{v}'" for k, v in job_env.items()]
 
 
+@pytest.mark.covered_e2e  # the main job proves both on SmolLM2 (tests/conftest.py OPT_IN_MARKERS)
 def test_async_tool_agent_loop(async_runs: dict[str, dict]) -> None:
     run = async_runs["shipped"]
     text = (run["dir"] / "async.log").read_text()
@@ -395,6 +398,7 @@ def test_async_tool_agent_loop(async_runs: dict[str, dict]) -> None:
         assert metrics["num_turns/min"] >= 2, metrics["num_turns/min"]
 
 
+@pytest.mark.covered_e2e
 def test_weight_sync_reaches_the_rollout(async_runs: dict[str, dict]) -> None:
     """The rollout samples from the actor's current weights: broken sync is >= 10x further off at step 2."""
     key = "training/rollout_probs_diff_mean"

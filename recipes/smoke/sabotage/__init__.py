@@ -1,5 +1,5 @@
 """Switches that break what the learning check guards, to prove the check can fail (issue 31's sensitivity bench,
-``bash scripts/bench_learn.sh``, and the weight-sync check of ``tests/cpu/test_cpu_rl.py``).
+``bash scripts/bench_learn.sh``, and the opt-in weight-sync check of ``tests/cpu/test_cpu_rl.py``).
 
 Why here and not under ``tests/``: the bench is a user-facing command and needs them at run time, in every verl
 process it starts, the Ray workers and vLLM servers included. Under ``recipes/`` they ship with the kit (the package,
