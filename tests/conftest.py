@@ -53,9 +53,10 @@ OPT_IN_MARKERS = {
     ),
     # Issue 41: end-to-end runs that proved what the default run's main job (tests/smoke/test_learning_run.py) proves
     # on a real model, each seen failing that run when its capability was broken: the async tool agent loop through
-    # vLLM's server and rollout traces to mlflow (the main job runs with --trace), the weight sync (the main job does
-    # not learn without it: 0.50 -> 0.48 with only the first update reaching vLLM), vLLM's CPU prefix caching off in
-    # GRPO groups (the main job's RL dies in its first step with it on). ~12 min of CI; kept as sharper diagnoses.
+    # vLLM's server and rollout traces to mlflow (the main job runs with --trace), the weight sync (with only the first
+    # update reaching vLLM the main job stayed at val acc 0.52 -> 0.52, tool calls 53% -> 52%: did NOT learn). ~9 min
+    # of CI; kept as sharper diagnoses. Not tests/cpu/test_cpu_grpo_prefix_groups.py: the main job ran two RL steps
+    # with vLLM's prefix caching on (its ~90-token prompts fill no 128-token block), so only that run guards it.
     "covered_e2e": (
         "an end-to-end run whose capability the main job's run proves too (~3-5 min) runs with "
         "`bash scripts/test.sh -m covered_e2e`; the default run checks it on the main job (test_learning_run.py)"

@@ -29,7 +29,7 @@ from kit_testing import kit_env, require_vllm, step_metrics, tiny_model_dir
 from platforms import CPU
 from platforms.base import RL_PREFIX_CACHING_KEY
 
-pytestmark = [pytest.mark.slow, pytest.mark.covered_e2e]  # the main job's GRPO proves it too (tests/conftest.py)
+pytestmark = pytest.mark.slow
 
 GROUPS, N, STEPS = 4, 4, 2
 REWARD_PY = """

