@@ -29,6 +29,13 @@ VLLM_UNPIN_MODULE = "platforms.vllm_cpu_threads"
 
 #: Imported by every verl process (``VERL_USE_EXTERNAL_MODULES``): vLLM's platform probe without the IPEX import.
 VLLM_PROBE_MODULE = "platforms.vllm_cpu_probe"
+#: The attention the CPU trainers compute with: sdpa per packed sequence, registered by its module on import in every
+#: verl process (``VERL_USE_EXTERNAL_MODULES``, both phases). sdpa's own block-diagonal mask over a packed row costs
+#: the square of the row: an RL update of SmolLM2 on 16 packed sequences of 150 tokens took 34.7 s with it and 23.7 s
+#: with this, the same numbers to 7e-5 in the logits (1 core; npu_kernels/packed_sdpa.py, tests/kernels/
+#: test_packed_sdpa.py, scripts/bench_learn_speed.py).
+PACKED_ATTENTION = "kit_packed_sdpa"
+PACKED_ATTENTION_MODULE = "npu_kernels.packed_sdpa"
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 
 #: Ray's CPU count is only a scheduling label: on CPU each FSDP worker's bundle, the TaskRunner and each vLLM server
@@ -121,7 +128,7 @@ class CpuPlatform(Platform):
     dist_backend = "gloo"
     visible_devices_env = None
     ray_resource = "CPU"
-    attn_implementation = "sdpa"
+    attn_implementation = PACKED_ATTENTION
     # Inductor's first compile of verl's entropy_from_logits alone took 19 s on a 2-core box (0.4 s eager).
     use_torch_compile = False
     fsdp_strategy = "fsdp2"
@@ -176,20 +183,25 @@ class CpuPlatform(Platform):
     def env(self, phase: str, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
         """The table, then the KV cache (RL) and this machine's allocator: the result can differ between machines."""
         environ = os.environ if environ is None else environ
-        rl = [self.kv_cache_space(environ), self.external_modules(environ)] if phase == "rl" else []
-        return select(self.env_table, phase) + rl + self.allocator(environ)
+        rl = [self.kv_cache_space(environ)] if phase == "rl" else []
+        return select(self.env_table, phase) + rl + [self.external_modules(phase, environ)] + self.allocator(environ)
 
     @staticmethod
-    def external_modules(environ: Mapping[str, str]) -> EnvVar:
-        """VERL_USE_EXTERNAL_MODULES with the probe module first and the modules already named kept (the learning
+    def external_modules(phase: str, environ: Mapping[str, str]) -> EnvVar:
+        """VERL_USE_EXTERNAL_MODULES with the kit's modules first and the modules already named kept (the learning
         check's sabotage hooks, a user's own): the one list verl reads, so replacing it would drop theirs."""
         given = [module.strip() for module in environ.get(EXTERNAL_MODULES_ENV, "").split(",") if module.strip()]
+        ours = [VLLM_PROBE_MODULE, PACKED_ATTENTION_MODULE] if phase == "rl" else [PACKED_ATTENTION_MODULE]
         reason = (
-            "kit: verl imports these first in every process (verl/__init__.py:40-43); vllm_cpu_probe skips vLLM's XPU "
-            "probe, which imports IPEX (4.4 s of CPU) in each process that reads vLLM's config, on a torch without "
-            "XPU (platforms/vllm_cpu_probe.py; tests/test_cpu_startup.py)"
+            f"kit: verl imports these first in every process (verl/__init__.py:40-43); {PACKED_ATTENTION_MODULE} "
+            f"registers the trainers' attention, {PACKED_ATTENTION} (see PACKED_ATTENTION, platforms/cpu.py)"
         )
-        return EnvVar(EXTERNAL_MODULES_ENV, ",".join(dict.fromkeys([VLLM_PROBE_MODULE, *given])), reason)
+        if phase == "rl":
+            reason += (
+                "; vllm_cpu_probe skips vLLM's XPU probe, which imports IPEX (4.4 s of CPU) in each process that reads "
+                "vLLM's config, on a torch without XPU (platforms/vllm_cpu_probe.py; tests/test_cpu_startup.py)"
+            )
+        return EnvVar(EXTERNAL_MODULES_ENV, ",".join(dict.fromkeys([*ours, *given])), reason)
 
     @staticmethod
     def kv_cache_space(environ: Mapping[str, str]) -> EnvVar:

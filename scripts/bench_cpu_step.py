@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -46,14 +45,13 @@ if str(REPO_ROOT) not in sys.path:
 
 from platforms import PROFILES, TCMALLOC_SWITCH, EnvVar, applied, dtype_overrides, find_tcmalloc  # noqa: E402
 from platforms.cli_errors import entry_point  # noqa: E402
+from platforms.cpu_info import cpu_info, fast_bf16  # noqa: E402
 from recipes.smoke.progress import RL_STEP_TIME, SFT_STEP_TIME, step_metrics, step_times  # noqa: E402
 from recipes.smoke.supervisor import kit_env  # noqa: E402
 
 #: verl's generation time per RL step (the agent loop's rollout, tool calls included).
 GEN_TIME = "timing_s/gen"
 
-#: The flags that decide whether bf16 matmuls are fast on a CPU.
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
 #: The kit adopts an allocator only if it saves at least this much per step.
 ADOPT_THRESHOLD = 0.15
 #: PyTorch's CPU allocator: 2 MB-align tensors of 2 MB and more and madvise(MADV_HUGEPAGE) them (c10 alloc_cpu).
@@ -73,46 +71,6 @@ class Result:
     error: str | None = None
     rollout: str | None = None  # RL: the engine that rolled out
     gen_median_s: float | None = None  # RL: median generation seconds per step, first step left out
-
-
-def cpu_info(cpuinfo: str | None = None) -> dict[str, object]:
-    """Model name, core count and which of :data:`CPU_FLAGS` this CPU has (``/proc/cpuinfo``)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:
-            cpuinfo = ""
-    model, flags = platform.processor() or platform.machine(), set()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        key = key.strip().lower()
-        if key in ("model name", "cpu model") and value.strip():
-            model = value.strip()
-        elif key in ("flags", "features"):
-            flags |= set(value.split())
-    return {
-        "model": model,
-        "cores": os.cpu_count(),
-        "machine": platform.machine(),
-        "flags": {flag: flag in flags for flag in CPU_FLAGS},
-        "transparent_hugepage": _thp_mode(),
-    }
-
-
-def _thp_mode(path: str = "/sys/kernel/mm/transparent_hugepage/enabled") -> str:
-    """The kernel's THP mode (``always``, ``madvise`` or ``never``): THP_MEM_ALLOC_ENABLE needs one of the first two."""
-    try:
-        text = Path(path).read_text()
-    except OSError:
-        return "unknown"
-    start, end = text.find("["), text.find("]")
-    return text[start + 1 : end] if 0 <= start < end else text.strip()
-
-
-def fast_bf16(info: dict[str, object]) -> bool:
-    flags = info["flags"]
-    assert isinstance(flags, dict)
-    return bool(flags.get("avx512_bf16") or flags.get("amx_bf16"))
 
 
 def median_after_warmup(times: dict[int, float]) -> float | None:

@@ -20,7 +20,7 @@ from kit_testing import require_vllm
 
 from platforms import post_import, vllm_cpu_probe
 from platforms.base import RL_RAY_DASHBOARD_KEY
-from platforms.cpu import EXTERNAL_MODULES_ENV, VLLM_PROBE_MODULE, CpuPlatform
+from platforms.cpu import EXTERNAL_MODULES_ENV, PACKED_ATTENTION_MODULE, VLLM_PROBE_MODULE, CpuPlatform
 from recipes.smoke.supervisor import kit_env
 
 IPEX = "intel_extension_for_pytorch"
@@ -113,14 +113,15 @@ def test_when_imported_patches_after_the_first_import(tmp_path, monkeypatch: pyt
 
 
 def test_the_cpu_platform_names_the_probe_first_and_keeps_other_modules() -> None:
-    def modules(environ: dict[str, str]) -> list[str]:
-        entries = {e.name: e.value for e in CpuPlatform().env("rl", environ)}
+    def modules(environ: dict[str, str], phase: str = "rl") -> list[str]:
+        entries = {e.name: e.value for e in CpuPlatform().env(phase, environ)}
         return entries[EXTERNAL_MODULES_ENV].split(",")
 
-    assert modules({}) == [VLLM_PROBE_MODULE]
+    assert modules({}) == [VLLM_PROBE_MODULE, PACKED_ATTENTION_MODULE]
     hooks = "recipes.smoke.sabotage.hooks"  # the learning check's sabotage switches ride on the same variable
-    assert modules({EXTERNAL_MODULES_ENV: f"{hooks}, {VLLM_PROBE_MODULE}"}) == [VLLM_PROBE_MODULE, hooks]
-    assert EXTERNAL_MODULES_ENV not in {e.name for e in CpuPlatform().env("sft", {})}
+    kept = modules({EXTERNAL_MODULES_ENV: f"{hooks}, {VLLM_PROBE_MODULE}"})
+    assert kept == [VLLM_PROBE_MODULE, PACKED_ATTENTION_MODULE, hooks]
+    assert modules({}, "sft") == [PACKED_ATTENTION_MODULE]  # SFT reads no vLLM config: only the attention
 
 
 def test_the_cpu_platform_starts_ray_without_its_dashboard() -> None:

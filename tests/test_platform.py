@@ -237,7 +237,7 @@ def test_cpu_count() -> None:
     [
         (plat.NPU, ("npu", "hccl", "ASCEND_RT_VISIBLE_DEVICES", "NPU", "flash_attention_2", False)),
         (plat.CUDA, ("cuda", "nccl", "CUDA_VISIBLE_DEVICES", "GPU", "flash_attention_2", True)),
-        (plat.CPU, ("cpu", "gloo", None, "CPU", "sdpa", False)),
+        (plat.CPU, ("cpu", "gloo", None, "CPU", "kit_packed_sdpa", False)),
     ],
 )
 def test_platform_properties(platform: plat.Platform, expected: tuple) -> None:
@@ -267,7 +267,7 @@ def test_rl_overrides_cpu() -> None:
     for expected in (
         "actor_rollout_ref.actor.strategy=fsdp2",
         "actor_rollout_ref.ref.strategy=fsdp2",
-        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "+actor_rollout_ref.model.override_config.attn_implementation=kit_packed_sdpa",
         "actor_rollout_ref.actor.use_torch_compile=False",
         f"ray_kwargs.ray_init.num_cpus={CPU_RAY_NUM_CPUS}",
     ):
@@ -280,7 +280,7 @@ def test_sft_overrides_cpu_use_sft_keys() -> None:
     assert overrides == [
         "trainer.device=cpu",
         "model.strategy=fsdp2",
-        "model.attn_implementation=sdpa",
+        "model.attn_implementation=kit_packed_sdpa",
         "model.fsdp_config.mixed_precision.param_dtype=fp32",
         "model.fsdp_config.mixed_precision.reduce_dtype=fp32",
         "model.fsdp_config.mixed_precision.buffer_dtype=fp32",

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from platforms import HardwareProfile
+from platforms.cpu_info import cpu_info
 from recipes.launch.trace import rollout_traces
 from recipes.smoke.commands import FAST, SCALE, STAGES, Sizes, SmokeCommands
 from recipes.smoke.progress import RL_STEP_TIME, SFT_STEP_TIME, Progress, median_step_seconds, step_metrics
@@ -335,6 +336,7 @@ class Smoke(SmokeCommands):
             python=sys.executable,
             out=str(self.out),
             from_sft=str(self.from_sft) if self.from_sft else None,
+            machine=cpu_info(),
         )
 
 

@@ -4,7 +4,8 @@
 ``failed_stage``, ``fast``, ``device`` (the platform), ``platform``, ``hardware_profile``, ``rollout_engine``,
 ``rollout_engine_version``, ``task``, ``seed``, ``scale``, ``python``,
 ``out``, ``from_sft``, ``seconds``, ``stages``, ``sft_losses``, ``sft_seconds_per_step``, ``rl_seconds_per_step``,
-``rl_first_step_s`` (seconds from the RL stage's start to its first finished step),
+``rl_first_step_s`` (seconds from the RL stage's start to its first finished step), ``machine`` (the CPU's model,
+cores and the flags that decide its fast dtypes: avx512f, avx512_bf16, amx_bf16),
 ``tool_call_rate``, ``rl_tool_calls``, ``rl_reward_mean``, ``sandbox``; with ``--learn`` also the learning check's
 ``learn_ok``, ``learn_verdict``, ``val_acc_before``, ``val_acc_after``, ``tool_call_rate_before``,
 ``tool_call_rate_after``, ``rl_steps`` and ``learning_curve`` (recipes/smoke/learn.py).
@@ -51,6 +52,7 @@ class RunFacts:
     python: str
     out: str
     from_sft: str | None = None  # --from-sft: the earlier run whose data and SFT model this one copied
+    machine: dict[str, Any] = field(default_factory=dict)  # the CPU: model, cores, flags (platforms/cpu_info.py)
 
 
 def summary(
@@ -78,6 +80,7 @@ def summary(
         "python": facts.python,
         "out": facts.out,
         "from_sft": facts.from_sft,
+        "machine": facts.machine,
         "seconds": total + (env.seconds if env else 0.0),
         "stages": rows,
         "sft_losses": sft.get("losses", []),

@@ -216,14 +216,14 @@ def test_cpu_profile_is_the_tiny_smoke(plans: dict[tuple[str, str], plan.Plan]) 
         assert cfg.trainer.n_gpus_per_node == 2 and cfg.trainer.nnodes == 1
         assert cfg.trainer.total_training_steps == 2
         if RECIPES[name].phase == "sft":
-            assert cfg.model.strategy == "fsdp2" and cfg.model.attn_implementation == "sdpa"
+            assert cfg.model.strategy == "fsdp2" and cfg.model.attn_implementation == "kit_packed_sdpa"
             assert cfg.ulysses_sequence_parallel_size == 1
             assert "--nproc_per_node=2" in built.argv and "--standalone" in built.argv
         else:
             arr = cfg.actor_rollout_ref
             assert (arr.rollout.name, arr.rollout.mode) == (CPU.rollout_engine().name, "async")
             assert arr.rollout.multi_turn.enable and arr.rollout.agent.default_agent_loop == "tool_agent"
-            assert arr.actor.strategy == "fsdp2" and arr.model.override_config.attn_implementation == "sdpa"
+            assert arr.actor.strategy == "fsdp2" and arr.model.override_config.attn_implementation == "kit_packed_sdpa"
             assert cfg.ray_kwargs.ray_init.num_cpus == CPU_RAY_NUM_CPUS and not arr.actor.use_torch_compile
             model = str(cfg.actor_rollout_ref.model.path)
             assert model == f"{FAKE_HOME}/checkpoints/retool/{RECIPES[name].sft_recipe}_cpu/hf_merged"
