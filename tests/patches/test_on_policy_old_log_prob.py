@@ -7,7 +7,9 @@ own forward's (PR 3119): a full forward thrown away, 12-15 s of a 60-70 s step i
 The check: the decision (on-policy only for the FSDP actor with one epoch over one mini-batch and nothing else in the
 trainer reading ``old_log_probs``), ``fit`` asking it, and the real ``update_policy`` on the tiny Qwen3 (CPU, fp32,
 learning rate 0): on-policy it logs ``actor/entropy`` equal to ``compute_log_prob``'s entropy of the same batch, and
-a placeholder ``old_log_probs`` gives the loss the real ones give.
+a placeholder ``old_log_probs`` gives the loss the real ones give; what the skip leaves in the batch is what the update
+reads (the key, and the rollout temperature the pass used to add: without it the update raised ``KeyError:
+'temperature'`` in the learning check).
 """
 
 from __future__ import annotations
@@ -84,10 +86,12 @@ def _actor(model):  # -> DataParallelPPOActor on a copy of model, one mini-batch
 
 def check_on_policy_updates_skip_the_old_log_prob_pass() -> None:
     import inspect
+    from types import SimpleNamespace
 
     import numpy as np
     import torch
     from kit_testing import gloo_world_of_one, tiny_model_dir
+    from omegaconf import OmegaConf
     from transformers import AutoModelForCausalLM
     from verl.trainer.ppo.core_algos import agg_loss
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
@@ -103,6 +107,13 @@ def check_on_policy_updates_skip_the_old_log_prob_pass() -> None:
     ):
         assert not _decides(off_policy), off_policy
     assert "self._actor_update_is_on_policy()" in inspect.getsource(RayPPOTrainer.fit), "fit() does not ask it"
+    # what the skipped pass would have left: the key (a placeholder) and the temperature the update reads
+    skipped = _batch()
+    skipped.batch.pop("old_log_probs")
+    skipped.meta_info.pop("temperature")
+    trainer = SimpleNamespace(config=OmegaConf.create({"actor_rollout_ref": {"rollout": {"temperature": 0.7}}}))
+    RayPPOTrainer._skip_old_log_prob_pass(trainer, skipped)
+    assert skipped.batch["old_log_probs"].shape == (BATCH, RESPONSE) and skipped.meta_info["temperature"] == 0.7
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(), dtype=torch.float32)
     with gloo_world_of_one():  # the actor asks torch.distributed for its rank
