@@ -2,7 +2,8 @@
 
     python -m recipes.smoke check-args [--runner-fd N] [SMOKE OPTIONS]
     python -m recipes.smoke run [--out DIR] [--fast] [--platform auto|cpu|cuda|npu] [--rollout vllm|hf] [--trace]
-                             [--learn] [--seed N] [--rl-override KEY=VALUE] [--from-sft DIR] [--force] [--dry-run]
+                             [--learn] [--seed N] [--rl-override KEY=VALUE] [--sft-override KEY=VALUE]
+                             [--from-sft DIR] [--force] [--dry-run]
     python -m recipes.smoke tool-call-rate --model DIR --data FILE.parquet [--samples 4]
 
 ``check-args`` is what ``scripts/smoke.sh`` asks first, with whatever python3 the machine has: it validates the
@@ -82,8 +83,8 @@ def _add_mode_options(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="the learning check, explicitly (it is what runs without --fast or --tiny): SmolLM2-135M-Instruct "
         "(retool-models smollm2) on products only the code tool computes, SFT on a mix of tool and guessed answers, "
-        "then GRPO validated every 2 steps on 64 held-out products; fails (exit 1, one line) unless validation "
-        "accuracy rises by +0.15 and x1.5 and the tool-call rate rises (recipes/smoke/learn.py)",
+        "then 4 GRPO steps validated before and after on 64 held-out products; fails (exit 1, one line) unless "
+        "validation accuracy rises by +0.15 and x1.5 and the tool-call rate rises (recipes/smoke/learn.py)",
     )
     parser.add_argument(
         "--model",
@@ -147,6 +148,15 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
         help="a Hydra override for the RL stage, after the smoke's own (repeatable), e.g. to try a setting at tiny "
         "scale: --learn --rl-override actor_rollout_ref.actor.optim.lr=1e-4; its key must be in the RL config "
         "(checked before the first stage) unless added with +KEY=VALUE",
+    )
+    parser.add_argument(
+        "--sft-override",
+        action="append",
+        type=hydra_override_arg,
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Hydra override for the SFT stage, after the smoke's own (repeatable), checked like --rl-override, "
+        "e.g. model.attn_implementation=sdpa (what scripts/bench_learn_speed.py's baseline trains with)",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="print each stage's command and environment; start nothing"
@@ -387,7 +397,7 @@ def _run(words: list[str]) -> int:
     args = build_run_parser().parse_args(words)
     target = resolve_target(args.platform)
     out = (args.out or default_out()).resolve()
-    from recipes.smoke.commands import FAST, FULL, SMOKE_TASK, check_rl_overrides
+    from recipes.smoke.commands import FAST, FULL, SMOKE_TASK, check_rl_overrides, check_sft_overrides
     from recipes.smoke.learn import LEARN, LEARN_TASK
     from recipes.smoke.pipeline import Smoke
     from recipes.smoke.supervisor import exit_on_signals, say
@@ -396,9 +406,11 @@ def _run(words: list[str]) -> int:
     sizes, task = {"learn": (LEARN, LEARN_TASK), "fast": (FAST, SMOKE_TASK), "tiny": (FULL, SMOKE_TASK)}[mode]
     check_rollout(args.rollout, target)
     check_rl_overrides(target.profile, args.rl_override)  # the RL stage composes them only after SFT
+    check_sft_overrides(target.profile, args.sft_override)
     from_sft = check_from_sft(args.from_sft, out, task.name)
     options = {"trace": args.trace, "rollout": args.rollout, "task": task, "seed": args.seed, "from_sft": from_sft}
     options["model"] = args.model.resolve() if args.model else None
+    options["sft_extra"] = tuple(args.sft_override)
     smoke = Smoke(out, sizes, target.profile, rl_extra=tuple(args.rl_override), **options)
     if args.dry_run:
         check_out(out, args.force)  # what prepare_out checks first: the dry run must not pass where the run fails

@@ -141,23 +141,33 @@ class Command:
 
 
 def check_rl_overrides(profile: HardwareProfile, overrides: Sequence[str]) -> None:
-    """``--rl-override``, checked before the first stage: the RL stage composes them only after SFT and the merge.
+    """``--rl-override``, checked before the first stage: the RL stage composes them only after SFT and the merge."""
+    check_stage_overrides(RL_RECIPE, profile, overrides)
 
-    The launcher's rules (:func:`recipes.launch.plan.check_user_overrides`), then Hydra's, on the RL recipe composed
-    as the stage composes it (the profile, the smoke scale): a key the config lacks is refused unless it is added with
-    ``+`` (``++``), a config group's choice is a key, and the values must parse and merge."""
+
+def check_sft_overrides(profile: HardwareProfile, overrides: Sequence[str]) -> None:
+    """``--sft-override``, checked before the first stage, as ``--rl-override`` is."""
+    check_stage_overrides(SFT_RECIPE, profile, overrides)
+
+
+def check_stage_overrides(recipe: catalog.Recipe, profile: HardwareProfile, overrides: Sequence[str]) -> None:
+    """A stage's user overrides: the launcher's rules (:func:`recipes.launch.plan.check_user_overrides`), then Hydra's,
+    on the stage's recipe composed as the stage composes it (the profile, the smoke scale): a key the config lacks is
+    refused unless it is added with ``+`` (``++``), a config group's choice is a key, and the values must parse and
+    merge."""
     if not overrides:
         return
     from omegaconf import OmegaConf
 
     from recipes.launch import compose, plan
 
+    option, stage = f"--{recipe.phase}-override", recipe.phase.upper()
     try:
         plan.check_user_overrides(overrides)
     except UsageError as exc:
-        raise UsageError(f"--rl-override: {exc.what}", exc.fix) from None
-    base = [f"profile={profile.name}", *profile.verl_overrides(RL_RECIPE.phase), f"scale={SCALE}"]
-    cfg, choices = compose.compose_with_choices(RL_RECIPE, base)
+        raise UsageError(f"{option}: {exc.what}", exc.fix) from None
+    base = [f"profile={profile.name}", *profile.verl_overrides(recipe.phase), f"scale={SCALE}"]
+    cfg, choices = compose.compose_with_choices(recipe, base)
     missing = object()
     for item in overrides:
         key = plan.override_key(item)
@@ -165,14 +175,14 @@ def check_rl_overrides(profile: HardwareProfile, overrides: Sequence[str]) -> No
             continue
         add = "" if item.startswith("~") else f"; a new key is added with +{item}"
         raise UsageError(
-            f"--rl-override {item}: the RL config ({RL_RECIPE.name}) has no key {key}", f"check its spelling{add}"
+            f"{option} {item}: the {stage} config ({recipe.name}) has no key {key}", f"check its spelling{add}"
         )
     try:
-        compose.compose(RL_RECIPE, [*base, *overrides])
+        compose.compose(recipe, [*base, *overrides])
     except compose.ConfigError as exc:
         said = [line.strip() for line in str(exc).splitlines() if line.strip() not in ("", "None")]
         said = [line for line in said if "hydra.cc/docs" not in line]
-        raise UsageError(f"--rl-override {' '.join(overrides)}: {' '.join(said[:3])}") from None
+        raise UsageError(f"{option} {' '.join(overrides)}: {' '.join(said[:3])}") from None
 
 
 def smollm2_dir() -> Path:
@@ -200,6 +210,7 @@ class SmokeCommands:
         task: Task = SMOKE_TASK,
         seed: int = 0,
         rl_extra: tuple[str, ...] = (),
+        sft_extra: tuple[str, ...] = (),
         model: Path | None = None,
         from_sft: Path | None = None,
     ) -> None:
@@ -208,6 +219,7 @@ class SmokeCommands:
         # --rollout: the RL rollout engine; None keeps the platform's (vLLM; the hf rollout where vLLM is missing)
         self.rollout = rollout
         self.rl_extra = rl_extra  # --rl-override: the user's own Hydra overrides of the RL stage, last (they win)
+        self.sft_extra = sft_extra  # --sft-override: the same for the SFT stage
         # --from-sft: an earlier run whose data/ and sft/ this run copies (its own paths below stay under ``out``)
         self.from_sft = from_sft
         self.sandbox_url = ""  # set when the sandbox is up (its port is picked then)
@@ -274,6 +286,7 @@ class SmokeCommands:
             f"trainer.save_freq={s.sft_steps}",
             "trainer.test_freq=-1",
             *one_device_overrides(self.profile),
+            *self.sft_extra,
         ]
         return Command("sft", self.trainer_argv(SFT_RECIPE, overrides), env, SFT_RECIPE.name)
 

@@ -36,9 +36,10 @@ MIN_VAL_SAMPLES = 64
 #: test_learn_units.py checks the bound).
 LEARN_SFT_MAX_LENGTH = 192
 #: 96 SFT rows, batch 8: 12 steps an epoch, 16 steps. RL: 4 GRPO steps of 8 prompts x 4 samples, validating on 64
-#: held-out products before training and every 2 steps. Measured (seed 0, 2 cores, 6 steps then): val acc 0.52 ->
-#: 0.94 after 2 steps -> 0.98 after 4 and 6, at ~140 s a step; 6 steps made the run 24 minutes, over its 20.
-LEARN = Sizes(sft_steps=16, sft_epochs=2, rl_steps=4, rl_test_freq=2, check_samples=1)
+#: held-out products before training and after the last step: the judge reads those two (a validation after step 2
+#: as well cost 36 s of a 10-minute run: issue 42, docs/main-job.md). Measured (seed 0, 2 cores, 6 steps then): val
+#: acc 0.52 -> 0.94 after 2 steps -> 0.98 after 4 and 6, at ~140 s a step; 6 steps made the run 24 minutes.
+LEARN = Sizes(sft_steps=16, sft_epochs=2, rl_steps=4, rl_test_freq=4, check_samples=1)
 LEARN_SFT_OVERRIDES = (
     f"data.max_length={LEARN_SFT_MAX_LENGTH}",
     "data.truncation=error",

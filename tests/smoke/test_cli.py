@@ -17,7 +17,7 @@ from kit_testing import REPO_ROOT, kit_env
 from platforms import PROFILES
 from platforms.cli_errors import UsageError
 from recipes.smoke import cli
-from recipes.smoke.commands import check_rl_overrides
+from recipes.smoke.commands import check_rl_overrides, check_sft_overrides
 
 STUBS = REPO_ROOT / "tests" / "kernels" / "stubs"
 
@@ -228,6 +228,17 @@ def test_rl_overrides_hydra_takes_pass() -> None:
         "actor@actor_rollout_ref.actor=dp_actor",
     ]
     check_rl_overrides(PROFILES["cpu"], words)
+
+
+def test_sft_overrides_are_checked_against_the_sft_config_and_reach_its_command(tmp_path: Path) -> None:
+    """--sft-override (issue 42: the speed bench's baseline trains with sdpa): the SFT config's keys, not the RL's."""
+    check_sft_overrides(PROFILES["cpu"], ["model.attn_implementation=sdpa", "+trainer.new_key=1"])
+    with pytest.raises(UsageError, match=re.escape("--sft-override actor_rollout_ref.rollout.n=2: the SFT config")):
+        check_sft_overrides(PROFILES["cpu"], ["actor_rollout_ref.rollout.n=2"])
+    proc = _dry_run(tmp_path / "run", "--platform", "cpu", "--fast", "--sft-override", "model.attn_implementation=sdpa")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sft = next(line for line in proc.stdout.splitlines() if "run_qwen3_4b_sft_npu.sh" in line)
+    assert sft.rstrip().endswith("model.attn_implementation=sdpa"), sft  # last: the user's wins
 
 
 def test_misspelt_rl_override_fails_the_dry_run(tmp_path: Path) -> None:

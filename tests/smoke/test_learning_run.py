@@ -66,7 +66,7 @@ def test_the_main_job_learns(learned: dict) -> None:
 def test_the_curve_is_judged_on_64_held_out_samples(learned: dict) -> None:
     summary = learned["summary"]
     curve = summary["learning_curve"]
-    assert summary["rl_steps"] == LEARN.rl_steps == 4 and [point["step"] for point in curve] == [0, 2, 4], curve
+    assert summary["rl_steps"] == LEARN.rl_steps == 4 and [point["step"] for point in curve] == [0, 4], curve
     assert all(point["samples"] >= MIN_VAL_SAMPLES for point in curve), curve
 
 

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""The learning check's speed bench: ``smoke.sh --learn`` with the previous settings and as shipped, in one run.
+
+Why (issue 42): the check took 22 minutes on a 2-core AVX-512 machine where it should take 10; every change that
+speeds it up must show what it gained against the settings before it, measured on the same machine in the same run,
+and what the compute phases achieve against the hardware. This runs
+
+* ``previous``: the settings before issue 42's changes: sdpa's dense attention over packed sequences in both trainers
+  (``--sft-override model.attn_implementation=sdpa``, ``--rl-override
+  +actor_rollout_ref.model.override_config.attn_implementation=sdpa``) and verl without patch 0030 (the trainer's
+  old log-prob pass on: a copy of the patched tree at the commit before it, first on ``PYTHONPATH``);
+* ``current``: ``bash scripts/smoke.sh --learn`` as shipped;
+
+then prints per stage and per RL step phase the seconds, the achieved GFLOPS of the phases that compute, and the
+speed-up (recipes/smoke/speed.py says how each is counted), with the CPU's model and flags. Writes
+``OUT/bench_learn_speed.{md,json}`` and each run's smoke artifacts under ``OUT/<run>``.
+
+    python scripts/bench_learn_speed.py                         # both runs, ~25 min on 2 cores
+    python scripts/bench_learn_speed.py --only current          # one run; the table keeps an earlier previous/
+    python scripts/bench_learn_speed.py --analyze --out DIR     # the table of runs already in DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from platforms.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, check_writable, entry_point  # noqa: E402
+from platforms.cpu_info import cpu_info  # noqa: E402
+from recipes.smoke import speed  # noqa: E402
+
+RUNS = ("previous", "current")
+#: The patch the previous settings run without (its commit's parent in the patched tree is the verl they run).
+PREVIOUS_WITHOUT_PATCH = "0030"
+PREVIOUS_OVERRIDES = (
+    "--sft-override",
+    "model.attn_implementation=sdpa",
+    "--rl-override",
+    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+)
+
+
+def previous_verl(out: Path, tree: Path) -> Path:
+    """A copy of the patched verl tree without patch 0030 and the ones after it (``git worktree`` at its parent),
+    made once under ``out``: the verl the previous settings run, first on PYTHONPATH."""
+    dest = out / "verl-previous"
+    if (dest / "verl" / "__init__.py").is_file():
+        return dest
+    subject = _patch_subject(PREVIOUS_WITHOUT_PATCH)
+    commit = subprocess.run(
+        ["git", "-C", str(tree), "log", "--format=%H", "-F", f"--grep={subject}", "-1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    if not commit:
+        raise UsageError(f"no commit of patch {PREVIOUS_WITHOUT_PATCH} in {tree}", "bash scripts/test.sh builds it")
+    subprocess.run(["git", "-C", str(tree), "worktree", "add", "--detach", str(dest), f"{commit}~1"], check=True)
+    return dest
+
+
+def _patch_subject(number: str) -> str:
+    patch = next((REPO_ROOT / "patches").glob(f"{number}-*.patch"))
+    lines = patch.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Subject: "))
+    subject = lines[start].removeprefix("Subject: ")
+    for line in lines[start + 1 :]:  # a folded header continues on lines that start with a space
+        if not line.startswith(" "):
+            break
+        subject += line
+    return subject.split("] ", 1)[-1].strip()
+
+
+def command(run: str, out: Path, seed: int) -> list[str]:
+    argv = ["bash", str(REPO_ROOT / "scripts" / "smoke.sh"), "--learn", "--seed", str(seed), "--out", str(out / run)]
+    return argv + (list(PREVIOUS_OVERRIDES) if run == "previous" else []) + ["--force"]
+
+
+def run_one(run: str, out: Path, seed: int, tree: Path) -> int:
+    env = dict(os.environ)
+    if run == "previous":
+        verl = previous_verl(out, tree)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(verl), env.get("PYTHONPATH", "")) if p)
+    log = out / "logs" / f"{run}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    print(f"[bench] {run}: {' '.join(command(run, out, seed))} (log {log})", flush=True)
+    with log.open("w") as handle:
+        return subprocess.run(command(run, out, seed), env=env, stdout=handle, stderr=subprocess.STDOUT).returncode
+
+
+def report(out: Path) -> int:
+    """The table of the runs under ``out`` (printed, and written as .md and .json)."""
+    found = {run: speed.read_run(out / run, run) for run in RUNS if (out / run / "summary.json").is_file()}
+    if "current" not in found:
+        raise UsageError(f"no finished current run under {out}", "run the bench without --analyze first")
+    machine = found["current"].machine or cpu_info()
+    flags = ", ".join(f"{flag} {'yes' if on else 'no'}" for flag, on in machine.get("flags", {}).items())
+    head = f"CPU: {machine.get('model')}, {machine.get('cores')} cores; {flags}"
+    table = speed.render(found.get("previous"), found["current"])
+    text = f"{head}\n\n{table}\n"
+    print(text)
+    (out / "bench_learn_speed.md").write_text(f"{head}\n\n```\n{table}\n```\n")
+    payload = {"machine": machine, **speed.as_json(found.get("previous"), found["current"])}
+    (out / "bench_learn_speed.json").write_text(json.dumps(payload, indent=2) + "\n")
+    return EXIT_OK if all(found[run].learned for run in found) else EXIT_FAILED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="bench_learn_speed.py",
+        description="The learning check with the previous settings and as shipped: seconds per stage and RL phase, "
+        "achieved GFLOPS, speed-ups (issue 42).",
+    )
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "bench_learn_speed", help="%(default)s")
+    parser.add_argument("--seed", type=int, default=0, help="the learning check's --seed for both runs (default 0)")
+    parser.add_argument("--only", choices=RUNS, action="append", help="run only this one (repeatable)")
+    parser.add_argument("--analyze", action="store_true", help="run nothing: the table of the runs in --out")
+    parser.add_argument("--dry-run", action="store_true", help="print each run's command; start nothing")
+    return parser
+
+
+@entry_point("bench_learn_speed")
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = args.out.resolve()
+    selected = [] if args.analyze else (args.only or list(RUNS))
+    check_writable("--out", out, folder=True)  # the dry run too: it must not pass where the run fails
+    if args.dry_run:
+        for run in selected:
+            extra = f"PYTHONPATH={out / 'verl-previous'} (verl without patch {PREVIOUS_WITHOUT_PATCH}) " * (
+                run == "previous"
+            )
+            print(f"{run}: {extra}{' '.join(command(run, out, args.seed))}")
+        return EXIT_OK
+    tree = Path(os.environ.get("KIT_VERL_TREE", REPO_ROOT / "build" / "verl"))
+    for run in selected:
+        status = run_one(run, out, args.seed, tree)
+        print(f"[bench] {run}: exit {status}", flush=True)
+    return report(out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
