@@ -7,7 +7,7 @@ and what the compute phases achieve against the hardware. This runs
 
 * ``previous``: the settings before issue 42's changes: sdpa's dense attention over packed sequences in both trainers
   (``--sft-override model.attn_implementation=sdpa``, ``--rl-override
-  +actor_rollout_ref.model.override_config.attn_implementation=sdpa``) and verl without patch 0030 (the trainer's
+  ++actor_rollout_ref.model.override_config.attn_implementation=sdpa``) and verl without patch 0030 (the trainer's
   old log-prob pass on: a copy of the patched tree at the commit before it, first on ``PYTHONPATH``);
 * ``current``: ``bash scripts/smoke.sh --learn`` as shipped;
 
@@ -45,7 +45,7 @@ PREVIOUS_OVERRIDES = (
     "--sft-override",
     "model.attn_implementation=sdpa",
     "--rl-override",
-    "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+    "++actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # the platform adds the key: ++ overrides it
 )
 
 
