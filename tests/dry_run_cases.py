@@ -21,34 +21,17 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kit_testing import LAUNCH_VARS
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GOLDEN_DIR = REPO_ROOT / "tests" / "fixtures" / "dry_runs"
 RECIPES = ("qwen3_4b_sft", "qwen3_4b_dapo", "qwen2.5_7b_sft", "qwen2.5_7b_dapo", "qwen2.5_32b_sft", "qwen2.5_32b_dapo")
 PROFILES = ("a2", "a3", "cuda", "h200", "cpu")
 #: Rows of the training parquet a case can ask for (steps per epoch, total steps and checkpoint count follow it).
 TRAIN_ROWS = 1000
-#: The environment variables the launcher reads (tests/recipes/conftest.py LAUNCH_VARS): unset for every case.
-CLEARED = (
-    "MODEL_PATH",
-    "DATA_DIR",
-    "TRAIN_FILE",
-    "VAL_FILE",
-    "MODELS_DIR",
-    "CKPT_ROOT",
-    "CKPT_DIR",
-    "RETOOL_SANDBOX_URL",
-    "TENSORBOARD_DIR",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "NODE_RANK",
-    "KIT_HW",
-    "KIT_DEVICE",
-    "VERL_USE_EXTERNAL_MODULES",
-    "RAY_HEAD_ADDRESS",
-    "RAY_ADDRESS",
-    "KIT_FUSED_KERNELS",
-    "KIT_FUSED_OPS",
-)
+#: What the launcher reads from the environment (kit_testing.LAUNCH_VARS) and the kernels' switches: unset for every
+#: case, so a case is a function of its own environment.
+CLEARED = (*LAUNCH_VARS, "KIT_FUSED_KERNELS", "KIT_FUSED_OPS")
 
 
 @dataclass(frozen=True)

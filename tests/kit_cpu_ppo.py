@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from kit_testing import kit_env
+from kit_testing import trainer_env
 
 from platforms import CPU
 
@@ -54,7 +54,7 @@ def ppo_env(pythonpath: Path, **env_extra: str) -> dict[str, str]:
     """What main_ppo runs with here: the kit's environment (the kit first on PYTHONPATH, so verl can import the
     sabotage switches of ``recipes.smoke.sabotage`` where ``env_extra`` turns one on) and the test's tool/reward
     folder."""
-    env = kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", **env_extra)
+    env = trainer_env("rl", PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", **env_extra)
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(pythonpath)])
     return env
 

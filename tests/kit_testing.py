@@ -37,6 +37,29 @@ if str(REPO_ROOT) not in sys.path:  # under runpy or a bare interpreter the kit 
 from recipes.smoke import supervisor  # noqa: E402 (needs the path above)
 from recipes.smoke.supervisor import free_port  # noqa: E402, F401 (re-exported for the tests)
 
+#: Everything the launcher or the run scripts read from the environment; tests start without any of it.
+LAUNCH_VARS = (
+    "MODEL_PATH",
+    "DATA_DIR",
+    "TRAIN_FILE",
+    "VAL_FILE",
+    "MODELS_DIR",
+    "CKPT_ROOT",
+    "CKPT_DIR",
+    "RETOOL_SANDBOX_URL",
+    "TENSORBOARD_DIR",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NODE_RANK",
+    "KIT_HW",
+    "KIT_DEVICE",
+    "KIT_PYTHON",
+    "VIRTUAL_ENV",
+    "VERL_USE_EXTERNAL_MODULES",
+    "RAY_HEAD_ADDRESS",
+    "RAY_ADDRESS",
+)
+
 
 def verl_tree() -> Path:
     """The patched verl git tree (KIT_VERL_TREE, default build/verl as the test command makes it)."""
@@ -50,6 +73,18 @@ def kit_env(**extra: str) -> dict[str, str]:
     last: its sub-folders have no ``__init__.py``, and Python prefers any real package over such a folder.
     """
     return supervisor.kit_env(extra_paths=[TESTS_DIR], **extra)
+
+
+def trainer_env(phase: str, **extra: str) -> dict[str, str]:
+    """:func:`kit_env` plus the cpu platform's ``VERL_USE_EXTERNAL_MODULES`` for ``phase``, for the tests that launch
+    verl by hand with ``CPU.verl_overrides``: those name the trainers' attention (``kit_packed_sdpa``), which only
+    exists once a module in that list has registered it (platforms/cpu.py ``external_modules``)."""
+    from platforms import CPU
+
+    env = kit_env(**extra)
+    modules = CPU.external_modules(phase, env)
+    env[modules.name] = modules.value
+    return env
 
 
 def run_kit_script(

@@ -21,6 +21,12 @@ SAMPLE = (
 )
 
 
+def _pytest(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest ARGS`` from the kit's root, as the test command runs it, output captured."""
+    command = [sys.executable, "-m", "pytest", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=kit_env(), cwd=REPO_ROOT, timeout=300)
+
+
 def _phase_expressions() -> list[str]:
     """The ``-m`` expressions of test.sh's default run, in order."""
     script = (REPO_ROOT / "scripts" / "test.sh").read_text()
@@ -29,14 +35,7 @@ def _phase_expressions() -> list[str]:
 
 def _collected(markexpr: str) -> dict[str, int]:
     """{test file: how many of its tests the expression selects and does not skip}, over :data:`SAMPLE`."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", markexpr, *SAMPLE],
-        capture_output=True,
-        text=True,
-        env=kit_env(),
-        cwd=REPO_ROOT,
-        timeout=300,
-    )
+    proc = _pytest("--collect-only", "-q", "-m", markexpr, *SAMPLE)
     assert proc.returncode in (0, 5), proc.stdout[-3000:] + proc.stderr[-3000:]
     counts: dict[str, int] = {}
     for line in proc.stdout.splitlines():
@@ -67,14 +66,7 @@ def test_the_two_phases_split_the_suite_as_documented() -> None:
 
 
 def test_the_default_run_skips_the_fast_smoke_with_its_reason() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "slow or serial", "tests/smoke/test_smoke_run.py"],
-        capture_output=True,
-        text=True,
-        env=kit_env(),
-        cwd=REPO_ROOT,
-        timeout=300,
-    )
+    proc = _pytest("-q", "-rs", "-m", "slow or serial", "tests/smoke/test_smoke_run.py")
     assert proc.returncode == 0 and re.search(r"\b5 skipped\b", proc.stdout), proc.stdout[-3000:]
     assert "bash scripts/test.sh -m fast_smoke" in proc.stdout
 
@@ -82,24 +74,10 @@ def test_the_default_run_skips_the_fast_smoke_with_its_reason() -> None:
 def test_the_default_run_skips_the_unpatched_end_to_end_runs_with_their_reason() -> None:
     """Only the opt-in pair: the patched end-to-end resume checks in the same files still run by default."""
     files = ["tests/cpu/test_cpu_sft_resume.py", "tests/cpu/test_cpu_rl_resume.py"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "slow or serial", "-k", "without_the_patch", *files],
-        capture_output=True,
-        text=True,
-        env=kit_env(),
-        cwd=REPO_ROOT,
-        timeout=300,
-    )
+    proc = _pytest("-q", "-rs", "-m", "slow or serial", "-k", "without_the_patch", *files)
     assert proc.returncode == 0 and re.search(r"\b2 skipped\b", proc.stdout), proc.stdout[-3000:]
     assert "bash scripts/test.sh -m unpatched_e2e" in proc.stdout
-    listed = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow or serial", *files],
-        capture_output=True,
-        text=True,
-        env=kit_env(),
-        cwd=REPO_ROOT,
-        timeout=300,
-    )
+    listed = _pytest("--collect-only", "-q", "-m", "slow or serial", *files)
     assert "test_patched_killed_at_an_epoch_end" in listed.stdout
     assert "test_patched_resume_serves_the_uninterrupted_prompts" in listed.stdout
 
@@ -162,23 +140,9 @@ def test_the_default_run_skips_the_covered_end_to_end_runs_with_their_reason() -
     """Issue 41: the tiny-model runs the main job's run proves again are opt-in; the rest of their file still runs."""
     files = ["tests/cpu/test_cpu_rl.py"]
     chosen = "async_tool_agent_loop or weight_sync_reaches"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-m", "slow or serial", "-k", chosen, *files],
-        capture_output=True,
-        text=True,
-        env=kit_env(),
-        cwd=REPO_ROOT,
-        timeout=300,
-    )
+    proc = _pytest("-q", "-rs", "-m", "slow or serial", "-k", chosen, *files)
     assert proc.returncode == 0 and re.search(r"\b2 skipped\b", proc.stdout), proc.stdout[-3000:]
     assert "bash scripts/test.sh -m covered_e2e" in proc.stdout
-    listed = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow or serial", files[0]],
-        capture_output=True,
-        text=True,
-        env=kit_env(),
-        cwd=REPO_ROOT,
-        timeout=300,
-    )
+    listed = _pytest("--collect-only", "-q", "-m", "slow or serial", files[0])
     assert "test_sync_grpo_survives_a_killed_worker_and_a_killed_driver" in listed.stdout
     assert "test_rl_checkpoint_merges_and_scores" in listed.stdout

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from kit_testing import kit_env, require_vllm, step_metrics, tiny_model_dir
+from kit_testing import require_vllm, step_metrics, tiny_model_dir, trainer_env
 
 from platforms import CPU
 from platforms.base import RL_PREFIX_CACHING_KEY
@@ -111,7 +111,7 @@ def test_grpo_groups_without_a_shared_first_block(tmp_path: Path) -> None:
     if os.environ.get("KIT_TEST_PREFIX_CACHING") == "1":
         overrides.append(f"{RL_PREFIX_CACHING_KEY}=True")
     log = tmp_path / "grpo.log"
-    env = kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1")
+    env = trainer_env("rl", PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1")
     with open(log, "w") as f:
         proc = subprocess.run(
             [sys.executable, "-m", "verl.trainer.main_ppo", *overrides],

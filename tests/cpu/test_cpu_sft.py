@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kit_testing import kit_env, step_metrics, tiny_model_dir
+from kit_testing import step_metrics, tiny_model_dir, trainer_env
 
 from platforms import CPU
 from recipes.launch.handoff import merger_command
@@ -62,7 +62,7 @@ def _write_sft_data(path: Path, rows: int = 16) -> Path:
 
 
 def _env() -> dict[str, str]:
-    return kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", OMP_NUM_THREADS="1")
+    return trainer_env("sft", PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", OMP_NUM_THREADS="1")
 
 
 def _run(cmd: list[str], log: Path, timeout: float) -> float:

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kit_testing import kit_env, tiny_model_dir
+from kit_testing import tiny_model_dir, trainer_env
 
 from platforms import CPU
 from recipes.launch import restart
@@ -109,7 +109,7 @@ def check_killed_at_an_epoch_end_trains_every_step() -> None:
         (root / "pythonpath").mkdir()
         (root / "pythonpath" / "kit_sft_fault.py").write_text(FAULT_PY)
         marker, ckpt, log = root / "killed", root / "ckpt", root / "sft.log"
-        env = kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", OMP_NUM_THREADS="1")
+        env = trainer_env("sft", PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", OMP_NUM_THREADS="1")
         env.update(KIT_SFT_KILL_AFTER=str(KILL_AFTER), KIT_SFT_KILL_MARKER=str(marker))
         env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], str(root / "pythonpath")])
         t0 = time.perf_counter()

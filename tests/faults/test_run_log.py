@@ -15,7 +15,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from omegaconf import OmegaConf
 
 from recipes.launch import catalog, cli, runlog
 
@@ -23,19 +22,22 @@ FAKE = Path(__file__).with_name("fake_trainer.py")
 
 
 def _plan(ckpt: Path, total: int, *, phase: str = "rl", nnodes: int = 1) -> SimpleNamespace:
-    cfg = OmegaConf.create({"trainer": {"default_local_dir": str(ckpt), "nnodes": nnodes, "save_freq": 2}})
+    """What ``cli._launch`` reads of a plan: the command, the recipe, and the facts it was handed (the checkpoint
+    folder, this node's run log, the node count); a one-node run does not join a cluster."""
     command = [sys.executable, str(FAKE), f"trainer.default_local_dir={ckpt}", f"trainer.total_training_steps={total}"]
     command.append("trainer.save_freq=2")
     recipe = catalog.get("qwen3_4b_dapo" if phase == "rl" else "qwen3_4b_sft")
-    return SimpleNamespace(cfg=cfg, command=command, recipe=recipe)
+    facts = SimpleNamespace(
+        ckpt_dir=ckpt, run_log=runlog.log_path(ckpt, phase, nnodes, {}), layout=SimpleNamespace(nnodes=nnodes)
+    )
+    return SimpleNamespace(command=command, recipe=recipe, facts=facts, joins_cluster=False)
 
 
 def _launch(plan: SimpleNamespace, max_restarts: int, env: dict[str, str], capsys: pytest.CaptureFixture) -> tuple:
-    log_file = runlog.log_path(Path(plan.cfg.trainer.default_local_dir), plan.recipe.phase, 1, env)
     args = argparse.Namespace(max_restarts=max_restarts)
-    rc = cli._launch(args, plan, {**os.environ, **env}, env, "| the plan's table |", log_file)
+    rc = cli._launch(args, plan, {**os.environ, **env}, env, "| the plan's table |")
     captured = capsys.readouterr()
-    return rc, captured.out, captured.err, log_file
+    return rc, captured.out, captured.err, plan.facts.run_log
 
 
 def test_a_supervised_run_and_its_rerun_append_everything_to_the_named_log(tmp_path, capsys) -> None:

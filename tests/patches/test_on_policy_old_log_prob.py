@@ -84,6 +84,25 @@ def _actor(model):  # -> DataParallelPPOActor on a copy of model, one mini-batch
     return DataParallelPPOActor(actor_config, module, torch.optim.SGD(module.parameters(), lr=0.0))
 
 
+def _record_entropy_graphs(actor, graphs: list[bool]):  # -> a context manager
+    """Wrap the actor's two entropy functions (remove-padding: its ``compute_entropy_from_logits``; padded:
+    ``verl_F.entropy_from_logits``): ``graphs`` gets, per call, whether the result carries an autograd graph."""
+    from unittest import mock
+
+    import verl.utils.torch_functional as verl_F
+
+    def recording(entropy_from_logits):
+        def recorded(logits):
+            entropy = entropy_from_logits(logits)
+            graphs.append(entropy.requires_grad)
+            return entropy
+
+        return recorded
+
+    actor.compute_entropy_from_logits = recording(actor.compute_entropy_from_logits)
+    return mock.patch.object(verl_F, "entropy_from_logits", recording(verl_F.entropy_from_logits))
+
+
 def check_on_policy_updates_skip_the_old_log_prob_pass() -> None:
     import inspect
     from types import SimpleNamespace
@@ -118,8 +137,13 @@ def check_on_policy_updates_skip_the_old_log_prob_pass() -> None:
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir(), dtype=torch.float32)
     with gloo_world_of_one():  # the actor asks torch.distributed for its rank
         log_probs, entropys = _actor(model).compute_log_prob(_batch(), calculate_entropy=True)
-        placeholder = _actor(model).update_policy(_batch())
+        actor = _actor(model)
+        entropy_graphs: list[bool] = []
+        with _record_entropy_graphs(actor, entropy_graphs):
+            placeholder = actor.update_policy(_batch())
         real = _actor(model).update_policy(_batch(old_log_probs=log_probs))
+    # entropy_coeff 0: the entropy is a metric only, so the update keeps no graph over the logits for it
+    assert entropy_graphs and not any(entropy_graphs), f"entropy computed with autograd on: {entropy_graphs}"
     assert "actor/entropy" in placeholder, f"the on-policy update logged no entropy: {sorted(placeholder)}"
     want = agg_loss(loss_mat=entropys, loss_mask=torch.ones(BATCH, RESPONSE), loss_agg_mode="token-mean").item()
     got = float(np.mean(placeholder["actor/entropy"]))

@@ -8,30 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kit_testing import REPO_ROOT, kit_env
-
-#: Everything the launcher or the run scripts read from the environment; tests start without any of it.
-LAUNCH_VARS = (
-    "MODEL_PATH",
-    "DATA_DIR",
-    "TRAIN_FILE",
-    "VAL_FILE",
-    "MODELS_DIR",
-    "CKPT_ROOT",
-    "CKPT_DIR",
-    "RETOOL_SANDBOX_URL",
-    "TENSORBOARD_DIR",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "NODE_RANK",
-    "KIT_HW",
-    "KIT_DEVICE",
-    "KIT_PYTHON",
-    "VIRTUAL_ENV",
-    "VERL_USE_EXTERNAL_MODULES",
-    "RAY_HEAD_ADDRESS",
-    "RAY_ADDRESS",
-)
+from kit_testing import LAUNCH_VARS, REPO_ROOT, kit_env
 
 
 @pytest.fixture

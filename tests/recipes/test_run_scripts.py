@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT
 
+from platforms.cpu import PACKED_ATTENTION
 from recipes.launch.catalog import CONFIG_DIR, RECIPES
 
 SCRIPTS = sorted(REPO_ROOT.glob("recipes/run_*_npu.sh"))
@@ -160,7 +161,8 @@ def test_sft_cpu_dry_run_checks_paths_and_counts_steps(
     words = command_words(proc.stdout)
     launcher = ["-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2"]
     assert words[3:8] == launcher and words[8:10] == ["-m", "verl.trainer.fsdp_sft_trainer"]
-    for override in ("trainer.device=cpu", "model.strategy=fsdp2", "model.attn_implementation=sdpa"):
+    attention = f"model.attn_implementation={PACKED_ATTENTION}"
+    for override in ("trainer.device=cpu", "model.strategy=fsdp2", attention):
         assert override in words
     assert words[-1] == "data.train_max_samples=-1"
 
