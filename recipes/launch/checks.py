@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from platforms import HardwareProfile, applied
 from platforms.base import RL_ENFORCE_EAGER_KEY, RL_JOB_ENV_KEY
-from recipes.launch import budget, ray_cpus, trace
+from recipes.launch import budget, memory, ray_cpus, trace
 from recipes.launch.catalog import Recipe
 from recipes.launch.facts import Facts, Heads
 from recipes.retool import REWARD_PATH
@@ -201,3 +201,33 @@ def _resume_problems(cfg: DictConfig) -> list[str]:
                 f"{where}/global_step_10"
             ]
     return []
+
+
+def check_plan(
+    cfg: DictConfig,
+    recipe: Recipe,
+    profile: HardwareProfile,
+    facts: Facts,
+    environ: Mapping[str, str],
+    *,
+    path_check: bool,
+    layout: bool = True,
+) -> tuple[list[str], list[str]]:
+    """Every kit check of a composed config against the plan's facts, in the order the dry run reports them:
+    layout and batch (``layout=False`` when required values are unset), the rollout's environment (RL), budget
+    and disk, memory. One call, so the plan hands the facts over once and gets (errors, warnings) back."""
+    errors: list[str] = []
+    if layout:
+        try:
+            errors += (check_rl if recipe.phase == "rl" else check_sft)(cfg, facts)
+        except Exception as exc:  # noqa: BLE001  (a value of the wrong type: report it, do not crash the planner)
+            errors.append(f"kit checks could not run: {type(exc).__name__}: {exc}")
+    if recipe.phase == "rl":  # vLLM's mode against the environment the run gets (TASK_QUEUE_ENABLE on NPU)
+        errors += check_rollout_env(cfg, profile, environ)
+    budget_errors, warnings = check_budget(cfg, recipe, facts, path_check=path_check)
+    errors += budget_errors
+    if facts.memory_error:
+        errors.append(facts.memory_error)
+    elif facts.memory:
+        errors += memory.problems(facts.memory)
+    return errors, warnings

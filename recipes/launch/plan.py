@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from platforms import PROFILES, current_platform
 from platforms.cli_errors import OVERRIDE_KEY, UsageError  # the request itself is wrong: a bad override, ...
-from recipes.launch import checks, cluster, compose, facts, inputs, memory, multinode, paths, ray_cpus, trace
+from recipes.launch import checks, cluster, compose, facts, inputs, multinode, paths, ray_cpus, trace
 from recipes.launch import parity as parity_settings
 from recipes.launch.catalog import CONFIG_DIR, Recipe
 from recipes.launch.compose import ConfigError
@@ -210,16 +210,12 @@ def _check(plan: Plan, *, path_check: bool, for_launch: bool, environ: Mapping[s
         plan.errors += bad
         return False
     assert plan.facts is not None
-    _validate(plan)
-    if plan.recipe.phase == "rl":  # vLLM's mode against the environment the run gets (TASK_QUEUE_ENABLE on NPU)
-        plan.errors += checks.check_rollout_env(cfg, profile, environ)
-    errors, warnings = checks.check_budget(cfg, plan.recipe, plan.facts, path_check=path_check)
+    complete = _validate(plan)
+    errors, warnings = checks.check_plan(
+        cfg, plan.recipe, profile, plan.facts, environ, path_check=path_check, layout=complete
+    )
     plan.errors += errors
     plan.warnings += warnings
-    if plan.facts.memory_error:
-        plan.errors.append(plan.facts.memory_error)
-    elif plan.facts.memory:
-        plan.errors += memory.problems(plan.facts.memory)
     if path_check:
         _check_paths(plan)
     if for_launch:
@@ -244,13 +240,15 @@ def _as_list(value: object) -> list[str]:
     return [str(v) for v in value]  # type: ignore[attr-defined]
 
 
-def _validate(plan: Plan) -> None:
+def _validate(plan: Plan) -> bool:
+    """verl's own validation of the config; False when required values are unset (then neither it nor the kit's
+    layout checks run)."""
     cfg = plan.cfg
     assert cfg is not None
     missing = [i.key for i in plan.inputs if OmegaConf.select(cfg, i.key) in (None, "")]
     if missing:
         plan.errors.append(f"required values are unset: {', '.join(missing)}")
-        return
+        return False
     try:
         if plan.recipe.phase == "rl":
             plan.checked += compose.validate_rl(cfg)
@@ -260,12 +258,8 @@ def _validate(plan: Plan) -> None:
         plan.errors.append(f"verl rejects the config: {exc}")
     assert plan.facts is not None
     heads = plan.facts.heads
-    try:
-        found = (checks.check_rl if plan.recipe.phase == "rl" else checks.check_sft)(cfg, plan.facts)
-    except Exception as exc:  # noqa: BLE001  (a value of the wrong type: report it, do not crash the planner)
-        found = [f"kit checks could not run: {type(exc).__name__}: {exc}"]
-    plan.errors += found
     plan.checked.append(f"kit layout/batch checks (heads: {heads.attention}/{heads.kv} from {heads.source})")
+    return True
 
 
 def _source_of(plan: Plan, key: str) -> inputs.Input | None:
