@@ -18,7 +18,7 @@ scripts/setup_verl.sh change), then runs the kit's tests with pytest. Examples:
   bash scripts/test.sh                      # everything, as CI runs it (two phases, below)
   bash scripts/test.sh tests/test_device.py # one file
   bash scripts/test.sh -m 'not slow'        # skip the end-to-end trainer runs
-  bash scripts/test.sh -m learn             # only the learning check (the main job, ~17 min)
+  bash scripts/test.sh -m learn             # only the learning check (the main job, ~10 min)
   bash scripts/test.sh -m fast_smoke        # the --fast pipeline check, left out of the default run
   bash scripts/test.sh -m unpatched_e2e     # the end-to-end resume runs on verl less patch 0024/0025, left out too
 

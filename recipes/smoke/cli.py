@@ -61,7 +61,7 @@ command and its environment and starts nothing.
 Artifacts: OUT/logs/<stage>.log, OUT/data/*.parquet, OUT/sft/{ckpt,hf_merged,tensorboard},
 OUT/rl/{tensorboard,val_generations,rollouts}, OUT/eval/eval.{md,json}, OUT/plots/*.png, OUT/summary.json.
 Measured with --fast on 2 CPU cores (fp32): 308 s, of which SFT 160 s (96 steps, 1.2 s/step) and RL 109 s (vLLM's
-CPU build, first step 96 s into the stage, then ~12 s a step); the learning check: 16.6 min (docs/main-job.md).
+CPU build, first step 96 s into the stage, then ~12 s a step); the learning check: 9.9 min (docs/main-job.md).
 """
 
 
