@@ -22,14 +22,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
+from platforms import stacks
 from platforms.env import EnvTable, EnvVar, check_phase, select
 
-# Hydra override keys, spelled once. SFT keys belong to verl/trainer/config/sft_trainer.yaml
-# (model.attn_implementation and model.fsdp_config.mixed_precision exist only with the kit's patch series);
-# RL keys to ppo_trainer.yaml.
-SFT_DEVICE_KEY = "trainer.device"
-SFT_STRATEGY_KEY = "model.strategy"
-SFT_ATTN_KEY = "model.attn_implementation"
+# Hydra override keys, spelled once. The SFT keys differ between verl's SFT trainers (0.6.1's fsdp_sft_trainer, 0.9.1's
+# engine-based sft_trainer): they are a stack fact, platforms/stacks.py SFT_KEYS, read through stacks.active().verl.
+# RL keys belong to ppo_trainer.yaml.
 RL_DEVICE_KEY = "trainer.device"
 RL_STRATEGY_KEYS = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")
 # '+': override_config is an empty dict in verl's yaml, so the key has to be added, not overridden.
@@ -50,11 +48,11 @@ RL_JOB_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
 # rollout.engine_kwargs.vllm after them (verl/workers/rollout/vllm_rollout/vllm_async_server.py:229, 237); '++': the
 # dict is empty in verl's yaml (verl/trainer/config/rollout/rollout.yaml), add or override.
 RL_VLLM_SLEEP_MODE_KEY = "++actor_rollout_ref.rollout.engine_kwargs.vllm.enable_sleep_mode"
-# Compute dtype. SFT: model.fsdp_config.mixed_precision (patch 0013). RL: the FSDP workers read
+# Compute dtype. SFT: the stack's "mixed_precision" key (0.6.1: model.fsdp_config.mixed_precision, patch 0013).
+# RL: the FSDP workers read
 # <role>.fsdp_config.mixed_precision (not in verl's yaml, hence '++': add or override) for FSDP and
 # <role>.fsdp_config.dtype for the forward's autocast (verl/workers/actor/dp_actor.py:86,109); the rollout reads
 # rollout.dtype (the kit's hf rollout, like vLLM's engine dtype).
-SFT_MIXED_PRECISION_KEY = "model.fsdp_config.mixed_precision"
 RL_FSDP_ROLES = ("actor_rollout_ref.actor", "actor_rollout_ref.ref")
 RL_ROLLOUT_DTYPE_KEY = "actor_rollout_ref.rollout.dtype"
 MIXED_PRECISION_FIELDS = ("param_dtype", "reduce_dtype", "buffer_dtype")
@@ -88,7 +86,8 @@ def dtype_overrides(phase: str, dtype: str) -> list[str]:
         raise ValueError(f"dtype must be one of {', '.join(TORCH_DTYPE_NAMES)}, got {dtype!r}")
     fields = {name: dtype if name == "param_dtype" else "fp32" for name in MIXED_PRECISION_FIELDS}
     if phase == "sft":
-        return [f"{SFT_MIXED_PRECISION_KEY}.{name}={value}" for name, value in fields.items()]
+        key = stacks.active().verl.sft_keys["mixed_precision"]  # as an override spells it ('++' where verl lacks it)
+        return [f"{key}.{name}={value}" for name, value in fields.items()]
     overrides = []
     for role in RL_FSDP_ROLES:
         overrides += [f"++{role}.fsdp_config.mixed_precision.{name}={value}" for name, value in fields.items()]
@@ -105,9 +104,34 @@ class RolloutEngine:
     version: str | None  # the engine's version where it has one (vLLM's distribution version)
     note: str  # one line: where it comes from, or why the platform falls back
     fix: str | None = None  # how to get the platform's preferred engine, when this one is a fallback that can be fixed
+    plugin: str | None = None  # the platform's vLLM plugin distribution (vllm-ascend), whose version ``version`` is
 
     def label(self) -> str:
+        if self.plugin:
+            return f"{self.name} ({self.plugin} {self.version})" if self.version else f"{self.name} ({self.plugin})"
         return f"{self.name} {self.version}" if self.version else self.name
+
+
+def installed_version(dist: str) -> str | None:
+    """``dist``'s installed version in this interpreter, None where it is not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
+
+
+def plugin_engine(plugin: str, pin_key: str) -> RolloutEngine:
+    """vLLM through a platform's plugin, at the plugin's installed version, else at the kit's pin (the platform's
+    image brings it): issue 44, a dry run for an NPU on a CPU host reported this host's vLLM CPU build instead."""
+    installed = installed_version(plugin)
+    if installed:
+        return RolloutEngine("vllm", installed, f"verl's vLLM async server with {plugin} (installed)", plugin=plugin)
+    from platforms import pins
+
+    note = f"verl's vLLM async server with {plugin} (pinned {pin_key}: not installed here, the platform's image has it)"
+    return RolloutEngine("vllm", pins.get(pin_key), note, plugin=plugin)
 
 
 @dataclass(frozen=True)
@@ -243,12 +267,7 @@ class Platform(ABC):
 
     def rollout_engine(self) -> RolloutEngine:
         """The RL rollout engine: by default the recipes' (vLLM, from the platform's image), as installed here."""
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            installed: str | None = version("vllm")
-        except PackageNotFoundError:
-            installed = None
+        installed = installed_version("vllm")
         where = "installed" if installed else "not installed here: it comes with the platform's image"
         return RolloutEngine("vllm", installed, f"verl's vLLM async server ({where})")
 
@@ -262,11 +281,12 @@ class Platform(ABC):
         """
         check_phase(phase)
         if phase == "sft":
-            overrides = [f"{SFT_DEVICE_KEY}={self.verl_device}"]
+            verl = stacks.active().verl  # the SFT trainer's key names are the stack's (platforms/stacks.py SFT_KEYS)
+            overrides = [verl.sft_override("device", self.verl_device)]
             if self.fsdp_strategy:
-                overrides.append(f"{SFT_STRATEGY_KEY}={self.fsdp_strategy}")
+                overrides.append(verl.sft_override("strategy", self.fsdp_strategy))
             if self.attn_implementation != VERL_DEFAULT_ATTN:
-                overrides.append(f"{SFT_ATTN_KEY}={self.attn_implementation}")
+                overrides.append(verl.sft_override("attn_implementation", self.attn_implementation))
             return overrides + self.dtype_overrides(phase)
         overrides = [f"{RL_DEVICE_KEY}={self.verl_device}"]
         if self.fsdp_strategy:

@@ -49,6 +49,21 @@ def add_profile_option(parser: argparse.ArgumentParser, help_text: str, **kwargs
     parser.add_argument("--profile", "--hw", dest="profile", choices=PROFILE_NAMES, help=help_text, **kwargs)
 
 
+def add_stack_option(parser: argparse.ArgumentParser) -> None:
+    """``--stack``: the one spelling of the stack option across the kit's CLIs (platforms.stacks); its value is
+    checked against pins.env's KIT_STACKS when :func:`platforms.stacks.select` applies it."""
+    from platforms import stacks
+
+    parser.add_argument(
+        "--stack",
+        metavar="|".join(stacks.names()),
+        default=None,
+        help=f"which stack: {stacks.default_name()} (the reference, the default) or "
+        + ", ".join(n for n in stacks.names() if n != stacks.default_name())
+        + f" (the current); default: {stacks.ENV_VAR}, else the stack of the verl installed here",
+    )
+
+
 def profile_shape(profile: HardwareProfile) -> str:
     """A profile's node in a few words, from its data: ``8 x 64 GB npu``; the CPU profile's ranks are processes."""
     if not profile.devices_per_node:

@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 
-from platforms import vllm_cpu
+from platforms import stacks, verl_selectors, vllm_cpu
 from platforms.base import (
     HYDRA_FULL_ERROR,
     RL_EXTERNAL_LIB_KEY,
@@ -178,13 +178,31 @@ class CpuPlatform(Platform):
         module that keeps vLLM from pinning the trainer ranks' threads (:mod:`.vllm_cpu_threads`)."""
         engine = self.rollout_engine().name
         unpin = [f"{RL_EXTERNAL_LIB_KEY}={VLLM_UNPIN_MODULE}"] if engine == "vllm" else []
-        return [f"{RL_ROLLOUT_NAME_KEY}={engine}", *super().rollout_overrides(), *unpin]
+        stack = verl_selectors.rl_overrides(stacks.active().name)  # verl 0.9.1's TransferQueue on a CPU host
+        return [f"{RL_ROLLOUT_NAME_KEY}={engine}", *super().rollout_overrides(), *unpin, *stack]
 
     def env(self, phase: str, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
         """The table, then the KV cache (RL) and this machine's allocator: the result can differ between machines."""
         environ = os.environ if environ is None else environ
         rl = [self.kv_cache_space(environ)] if phase == "rl" else []
-        return select(self.env_table, phase) + rl + [self.external_modules(phase, environ)] + self.allocator(environ)
+        return (
+            select(self.env_table, phase)
+            + rl
+            + self.stack_env()
+            + [self.external_modules(phase, environ)]
+            + self.allocator(environ)
+        )
+
+    @staticmethod
+    def stack_env() -> list[EnvVar]:
+        """The stack's own selectors: verl >= 0.9 picks its platform from a registry (platforms/verl_platform.py),
+        which has no CPU platform of verl's; the reference stack needs none (its patches carry the CPU path)."""
+        reason = (
+            "kit: verl 0.9.1 resolves its platform from VERL_PLATFORM (verl/plugin/platform/platform_manager.py:92-96) "
+            "and its training engine from VERL_ENGINE_DEVICE (verl/workers/engine/base.py:404-408): the kit's CPU "
+            "platform, and verl's device-agnostic FSDP engine (platforms/verl_platform.py)"
+        )
+        return [EnvVar(k, v, reason) for k, v in verl_selectors.verl_env(stacks.active().name).items()]
 
     @staticmethod
     def external_modules(phase: str, environ: Mapping[str, str]) -> EnvVar:
@@ -192,6 +210,7 @@ class CpuPlatform(Platform):
         check's sabotage hooks, a user's own): the one list verl reads, so replacing it would drop theirs."""
         given = [module.strip() for module in environ.get(EXTERNAL_MODULES_ENV, "").split(",") if module.strip()]
         ours = [VLLM_PROBE_MODULE, PACKED_ATTENTION_MODULE] if phase == "rl" else [PACKED_ATTENTION_MODULE]
+        ours = [*verl_selectors.external_modules(stacks.active().name), *ours]  # registered before any verl use
         reason = (
             f"kit: verl imports these first in every process (verl/__init__.py:40-43); {PACKED_ATTENTION_MODULE} "
             f"registers the trainers' attention, {PACKED_ATTENTION} (see PACKED_ATTENTION, platforms/cpu.py)"

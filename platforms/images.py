@@ -22,6 +22,7 @@ import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from platforms import stacks
 from platforms.base import DeviceAccess, Platform
 from platforms.cli_errors import EXIT_USAGE, UsageError, entry_point, error_line, fail
 from platforms.profiles import PROFILES, HardwareProfile, default_profile_on, get_profile
@@ -101,6 +102,7 @@ def build_args(profile: HardwareProfile, verl_source: str, pip_index_url: str, v
     pinned = list(profile.image.pinned_build_args().items())
     options = {
         "KIT_HW": profile.name,
+        "KIT_STACK": stacks.active().name,  # the image's stack: setup_verl.sh's pins and series, the doctor's checks
         "VERL_SOURCE": verl_source,
         "PIP_INDEX_URL": pip_index_url,
         "KIT_VERIFY": "1" if verify else "0",
@@ -139,7 +141,8 @@ def build_parser(prog: str) -> ScriptParser:
         prog,
         "Builds the retool-npu-kit image of one hardware profile from the repository root. Every version and the base "
         "image come from pins.env as build args (the Dockerfiles hold none), so an image is always the pinned stack.",
-        "Images (profile, Dockerfile, base image, default tag):\n" + _images_table(),
+        f"Images of {stacks.active().describe()} (profile, Dockerfile, base image, default tag; --stack picks "
+        "the other stack's):\n" + _images_table(),
         "Everything after -- goes to docker build unchanged.",
     )
     parser.add_argument("--hw", "--profile", dest="hw", required=True, choices=[p.name for p in image_profiles()])
@@ -173,6 +176,9 @@ def build_parser(prog: str) -> ScriptParser:
         help="skip the build-time retool-doctor check of versions and patches against pins.env",
     )
     parser.add_argument("--dry-run", action="store_true", help="print the docker build command instead of running it")
+    from platforms.cli import add_stack_option  # platforms.cli imports this module's neighbours: import at use
+
+    add_stack_option(parser)
     return parser
 
 
@@ -186,6 +192,7 @@ def split_at_double_dash(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def main_build(argv: Sequence[str], prog: str = "python -m platforms.images build") -> int:
     own, extra = split_at_double_dash(argv)
+    stacks.select_from_argv(own)  # before the parser: its help lists the stack's images and tags
     args = build_parser(prog).parse_args(own)
     cmd = build_command(
         PROFILES[args.hw],

@@ -11,6 +11,10 @@ What "complete" means is what ``transformers`` loads (``modeling_utils`` looks f
 ``weight_map`` names shards that are all present and non-empty and, when the index has ``metadata.total_size``,
 hold at least that many bytes (safetensors headers add a little on top, never less). A Git LFS pointer (a clone
 without ``git lfs``: a ~130-byte text file starting ``version https://git-lfs``) is not a weight.
+
+And a tokenizer ``AutoTokenizer`` can load (issue 44: a folder of weights and config only passed the dry run, the
+trainer raised at its tokenizer load): one of :data:`TOKENIZER_FILES`, present, non-empty, not an LFS pointer.
+This was the doctor's own extra rule before; it lives here so the dry run and ``retool-doctor --model`` agree.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ WEIGHT_FILES = (
 LFS_POINTER_PREFIX = b"version https://git-lfs"
 #: An LFS pointer file is ~130 bytes; anything this big is content.
 _LFS_POINTER_MAX = 1024
+#: The files a fast or slow tokenizer loads from (``tokenizers``' JSON, sentencepiece, BPE vocab); one suffices.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 #: Shards named in a message before "(+N more)".
 SHOWN = 3
 
@@ -141,6 +147,18 @@ def verl_checkpoint(folder: Path) -> str | None:
     return f"is a verl FSDP checkpoint, not a Hugging Face model folder: merge it first ({merge})"
 
 
+def tokenizer_problem(folder: Path) -> str | None:
+    """Why ``transformers`` would find no tokenizer to load in ``folder`` (a phrase after "model DIR ..."), or None."""
+    found = [folder / name for name in TOKENIZER_FILES if (folder / name).is_file()]
+    if not found:
+        return f"has no tokenizer ({' / '.join(TOKENIZER_FILES)}): the trainer loads it before anything else"
+    bad = [(path.name, _file_problem(path)) for path in found]
+    if all(problem for _, problem in bad):
+        name, problem = bad[0]
+        return f"has no loadable tokenizer: {name} {_PHRASES[str(problem)][0]}"
+    return None
+
+
 def inspect(path: str | Path) -> ModelFolder:
     """Check ``path`` as a Hugging Face model folder (reads config.json and the index, stats the shards)."""
     folder = Path(path)
@@ -158,6 +176,9 @@ def inspect(path: str | Path) -> ModelFolder:
         problems.append("has no config.json: not a Hugging Face model folder")
     except (OSError, UnicodeDecodeError, ValueError):
         problems.append("has a config.json that is not valid JSON")
+    tokenizer = tokenizer_problem(folder)
+    if tokenizer:
+        problems.append(tokenizer)
     found = [name for name in WEIGHT_FILES if (folder / name).is_file()]
     found += sorted(p.name for p in folder.glob("*.index.json") if p.name not in WEIGHT_FILES)
     if not found:

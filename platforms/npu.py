@@ -30,7 +30,9 @@ from platforms.base import (
     HostMount,
     PinnedPackage,
     Platform,
+    RolloutEngine,
     count_visible,
+    plugin_engine,
 )
 from platforms.env import BOTH, RL, SFT, EnvTable, EnvVar, check_phase
 
@@ -390,6 +392,10 @@ class NpuPlatform(Platform):
         if counted is not None:
             return counted
         return count_davinci(dev_root)
+
+    def rollout_engine(self) -> RolloutEngine:
+        """vllm-ascend, the NPU image's engine: not this host's vLLM (a CPU host has the CPU build, issue 44)."""
+        return plugin_engine("vllm-ascend", "VLLM_ASCEND_VERSION")
 
     def status_note(self) -> str:
         torch_npu, status = import_torch_npu()

@@ -52,17 +52,76 @@ def load(path: Path = PINS_FILE) -> dict[str, str]:
     return parse(path.read_text())
 
 
-def get(key: str) -> str:
-    pins = load()
+# ---------------------------------------------------------------------------------------------------------- stacks
+# pins.env holds two stacks (platforms/stacks.py says what a stack is): the default's keys plain, another stack's as
+# V<digits>_<KEY> overrides (0.9.1 -> V091_). The merging lives here, with the file it reads; stacks builds on it.
+STACK_ENV = "KIT_STACK"
+
+
+def stack_names() -> tuple[str, ...]:
+    return tuple(load()["KIT_STACKS"].split())
+
+
+def default_stack() -> str:
+    return load()["KIT_DEFAULT_STACK"]
+
+
+def stack_prefix(name: str) -> str:
+    """The pins.env prefix of a non-default stack's keys: ``0.9.1`` -> ``V091_``."""
+    return "V" + name.replace(".", "") + "_"
+
+
+def for_stack(name: str) -> dict[str, str]:
+    """The stack's pins: the plain keys, with the stack's ``V<digits>_`` keys in their place."""
+    raw = load()
+    prefixes = tuple(stack_prefix(n) for n in stack_names())
+    merged = {k: v for k, v in raw.items() if not k.startswith(prefixes)}
+    if name != default_stack():
+        mine = stack_prefix(name)
+        merged.update({k[len(mine) :]: v for k, v in raw.items() if k.startswith(mine)})
+    return merged
+
+
+def installed_verl() -> str | None:
+    """The verl version installed in this interpreter (package metadata only: verl is not imported)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("verl")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def active_stack() -> str:
+    """The stack this process serves: ``KIT_STACK`` (every entry point's ``--stack`` sets it), else the stack whose
+    verl is installed here, else the default. An unknown ``KIT_STACK`` is a usage error."""
+    chosen = os.environ.get(STACK_ENV, "").strip()
+    if chosen:
+        if chosen not in stack_names():
+            raise UsageError(
+                f"unknown stack {chosen!r} ({STACK_ENV} or --stack)",
+                f"choose one of {', '.join(stack_names())} (pins.env KIT_STACKS)",
+            )
+        return chosen
+    version = (installed_verl() or "").split("+")[0]
+    for name in stack_names():
+        if version and version == for_stack(name)["VERL_VERSION"]:
+            return name
+    return default_stack()
+
+
+def get(key: str, stack: str | None = None) -> str:
+    """``key``'s pin in ``stack`` (default: the active stack, :func:`active_stack`)."""
+    pins = for_stack(stack or active_stack())
     if key not in pins:
         raise KeyError(f"{key} is not pinned in {PINS_FILE}")
     return pins[key]
 
 
-def python_requirements() -> dict[str, str]:
+def python_requirements(stack: str | None = None) -> dict[str, str]:
     """PY_PINS as {distribution name: exact version}."""
     reqs: dict[str, str] = {}
-    for spec in get("PY_PINS").split():
+    for spec in get("PY_PINS", stack).split():
         name, _, version = spec.partition("==")
         if not version:
             raise PinsError(f"PY_PINS entry {spec!r} is not an exact pin (name==version)")

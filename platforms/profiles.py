@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -64,7 +64,13 @@ class Image:
 
     @property
     def kit_tag(self) -> str:
-        return f"retool-npu-kit:{self.tag_prefix}{pins.get(self.base_tag_key)}"
+        """The kit's image tag: the base's tag, and for a stack other than the default its verl (the CPU base is the
+        same Python image on both stacks: without it the two builds would take one name)."""
+        from platforms import stacks
+
+        stack = stacks.active()
+        suffix = "" if stack.is_default else f"-verl{stack.pin('VERL_VERSION')}"
+        return f"retool-npu-kit:{self.tag_prefix}{pins.get(self.base_tag_key)}{suffix}"
 
     def pinned_build_args(self) -> dict[str, str]:
         """Every build arg whose value comes from pins.env: the base image's, then :attr:`pin_args`."""
@@ -147,6 +153,13 @@ def get_profile(name: str) -> HardwareProfile:
     return PROFILES[name]
 
 
+@functools.cache
+def warn_once(text: str) -> None:
+    """One ``kit: warning: ...`` line on stderr, once a process: issue 44 found Python's RuntimeWarning format (the
+    file, the line number and the source line of the call) in front of every command run with KIT_DEVICE=npu."""
+    print(f"kit: warning: {text}", file=sys.stderr, flush=True)
+
+
 def detect(environ: Mapping[str, str] | None = None) -> Platform:
     """The platform this process should use: KIT_DEVICE if set, else npu, then cuda, then cpu.
 
@@ -163,11 +176,9 @@ def detect(environ: Mapping[str, str] | None = None) -> Platform:
             )
         platform = PLATFORMS[forced]
         if not platform.is_available():
-            warnings.warn(
+            warn_once(
                 f"{PLATFORM_OVERRIDE_ENV}={forced} forces a platform that is not available here; commands will be "
-                "generated for it, but running them on this machine will fail",
-                RuntimeWarning,
-                stacklevel=2,
+                "generated for it, but running them on this machine will fail"
             )
         return platform
     for platform in (NPU, CUDA):

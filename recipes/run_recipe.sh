@@ -8,6 +8,10 @@
 set -euo pipefail
 
 KIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=../scripts/lib/stack.sh
+source "$KIT_ROOT/scripts/lib/stack.sh"
+# --stack picks the stack's pins and venv (.venv or .venv-<stack>); Python checks the option again and says more.
+kit_use_stack "$(kit_stack_option "$@")" || exit 2
 # shellcheck source=../scripts/lib/kit_python.sh
 source "$KIT_ROOT/scripts/lib/kit_python.sh"
 # shellcheck source=../scripts/lib/platform_env.sh
@@ -15,4 +19,6 @@ source "$KIT_ROOT/scripts/lib/platform_env.sh"
 
 kit_source_setup_scripts
 export PYTHONPATH="$KIT_ROOT${PYTHONPATH:+:$PYTHONPATH}"
-exec "$(kit_python)" -m recipes.launch run "$@"
+python=$(kit_python)
+[[ " $* " == *" --help "* || " $* " == *" -h "* ]] || kit_require_verl "$python" || exit 2
+exec "$python" -m recipes.launch run "$@"

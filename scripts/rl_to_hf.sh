@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # RL checkpoint -> Hugging Face model: merge global_step_N/actor (verl FSDP shards) of an RL run into a plain HF
-# folder with `python -m verl.model_merger merge --backend fsdp`, for scripts/eval_model.sh or a release.
+# folder with verl.model_merger's FSDP merge (recipes/launch/merger.py), for scripts/eval_model.sh or a release.
 #   bash scripts/rl_to_hf.sh --recipe qwen3_4b --hw a3 [--step N] [--ckpt-dir DIR] [--target DIR] [--force] [--dry-run]
 # The logic lives in recipes/launch/export.py (--help lists the defaults); it shares the SFT hand-off's merge
 # (recipes/launch/handoff.py: temporary folder + rename, kit_merge.json, --force rules).

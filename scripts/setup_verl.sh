@@ -5,18 +5,24 @@
 set -euo pipefail
 
 KIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=../pins.env
-source "$KIT_ROOT/pins.env"
+# shellcheck source=lib/stack.sh
+source "$KIT_ROOT/scripts/lib/stack.sh"
+user_patch_dir=${KIT_PATCH_DIR:-}
+# --stack picks the pins (pins.env) and the series: patches/ for the reference stack, patches/<stack>/ for the other.
+kit_use_stack "$(kit_stack_option "$@")" || exit 2
 
-PATCH_DIR="${KIT_PATCH_DIR:-$KIT_ROOT/patches}"
+PATCH_DIR="${user_patch_dir:-$KIT_PATCH_DIR}"
 PYTHON="${PYTHON:-python3}"
 
 usage() {
   cat <<EOF
-Usage: scripts/setup_verl.sh [--source git|sdist] [--repo URL|PATH] [--sdist FILE] [--dest DIR]
-                             [--install] [--check] [--help]
+Usage: scripts/setup_verl.sh [--stack $(echo "$KIT_STACKS" | tr ' ' '|')] [--source git|sdist] [--repo URL|PATH]
+                             [--sdist FILE] [--dest DIR] [--install] [--check] [--help]
 
 Builds verl $VERL_VERSION with the kit's patch series ($PATCH_DIR) applied by git am.
+
+  --stack NAME     which stack's verl and series (default $KIT_DEFAULT_STACK, the reference: patches/*.patch; 0.9.1:
+                   verl 0.9.1 with patches/0.9.1/*.patch). Shown above: stack $KIT_STACK.
 
   --source git     (default) clone --repo (default $VERL_GIT_URL) into --dest, or reuse the git
                    checkout already at --dest / --repo PATH, and work on branch retool-kit at $VERL_GIT_TAG.
@@ -27,7 +33,7 @@ Builds verl $VERL_VERSION with the kit's patch series ($PATCH_DIR) applied by gi
                    a PATH must be a git repository.
   --sdist FILE     use this verl-$VERL_VERSION.tar.gz instead of downloading it: no network needed (implies
                    --source sdist). retool-bundle create puts it in BUNDLE/sdist/.
-  --dest DIR       the tree to create or reuse (default: $KIT_ROOT/build/verl).
+  --dest DIR       the tree to create or reuse (default: $KIT_VERL_TREE).
   --install        pip-install the patched tree into the active Python (\$PYTHON, default python3), without
                    verl's top-level tests/ and scripts/ packages, with the pins of pins.env as constraints.
   --check          apply the series in a scratch copy of --dest (of --repo when it is given without --dest)
@@ -61,6 +67,8 @@ check_repo() { # --repo PATH: a git repository (a checkout or a bare one), check
 source_kind=git source_given=0 repo="" sdist="" dest="" dest_given=0 install=0 check=0
 while (($#)); do
   case "$1" in
+    --stack) need_value "$1" $# "a stack name"; shift 2 ;; # read above (kit_use_stack)
+    --stack=*) shift ;;
     --source) need_value "$1" $# "git or sdist"; source_kind=$2; source_given=1; shift 2 ;;
     --repo) need_value "$1" $# "a URL or path"; repo=$2; shift 2 ;;
     --sdist) need_value "$1" $# "a file"; sdist=$2; shift 2 ;;
@@ -80,7 +88,7 @@ if [[ -n $sdist ]]; then # checked before anything is built; a local sdist means
 fi
 [[ -z $repo ]] || check_repo "$repo"
 if [[ -z $dest ]]; then
-  if [[ $source_kind == git && -n $repo && -e $repo/.git ]]; then dest=$repo; else dest=$KIT_ROOT/build/verl; fi
+  if [[ $source_kind == git && -n $repo && -e $repo/.git ]]; then dest=$repo; else dest=$KIT_VERL_TREE; fi
 fi
 
 shopt -s nullglob

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SFT -> RL hand-off: merge the last SFT checkpoint (verl FSDP shards) into a Hugging Face model with
-# `python -m verl.model_merger merge --backend fsdp`, and print the MODEL_PATH / Hydra override the RL recipe expects.
+# verl.model_merger's FSDP merge (recipes/launch/merger.py: the dtype and tied embeddings kept), and print the MODEL_PATH / Hydra override the RL recipe expects.
 #   bash scripts/sft_to_rl.sh --recipe qwen3_4b --hw a3 [--step N] [--ckpt-dir DIR] [--target DIR] [--force] [--dry-run]
 # The logic lives in recipes/launch/handoff.py (--help lists the defaults).
 set -euo pipefail

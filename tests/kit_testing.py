@@ -449,3 +449,22 @@ def child_pids(pid: int) -> list[int]:
                 if int(stat[1]) == pid and stat[0] != "Z":
                     found.append(int(entry))
     return found
+
+
+def installed_verl() -> str | None:
+    """This interpreter's verl version (metadata only), or None: platforms.pins's answer, which picks the stack."""
+    from platforms.pins import installed_verl as from_metadata
+
+    return from_metadata()
+
+
+def needs_verl_09() -> object:
+    """The mark of tests/stack091/: they run under the current stack's python (.venv-0.9.1, ``bash scripts/test.sh
+    --stack 0.9.1``) and skip, with the reason, under any other verl (the main .venv collects them harmlessly)."""
+    import pytest
+
+    version = installed_verl()
+    return pytest.mark.skipif(
+        not (version or "").startswith("0.9."),
+        reason=f"stack 0.9.1's tests: this interpreter has verl {version} (run them with .venv-0.9.1's python)",
+    )

@@ -377,14 +377,17 @@ FIGURE = re.compile(
 )
 MEASURED = re.compile(r"\bmeasured\b", re.I)
 MACHINE = re.compile(r"\b\d+(?:[\s-][\w-]+)?\s+cores?\b|\b\d+-core\b|\bdocker(?:\.io)? \d")
-POINTER = re.compile(r"tests/[\w/.-]+\.py|scripts/bench_\w+|\bbench_learn\b|summary\.json|\bissue \d+")
+POINTER = re.compile(
+    r"tests/[\w/.-]+\.py|scripts/bench_\w+|\bbench_learn\b|summary\.json|\bissue \d+|measurements/[\w.-]+\.yaml"
+)
 
 #: figures that are settings or specifications, not measurements: the text around them (a regex whose match must
 #: cover the figure) -> why it needs no measurement
 NOT_MEASURED = {
     r"\d+ GB each|× \d+ GB": "memory per device: the hardware's specification (support matrix)",
     r"~\d+ of \d+ GB per device": "the dry run's memory estimate (named beside it) against the device's 64 GB",
-    r"~0\.4 TB each": "the dry run's `checkpoint disk` estimate (named beside it)",
+    r"~393\.2 GB each": "the dry run's `checkpoint disk` estimate (named beside it; tests/test_measurements.py "
+    "computes it)",
     r"\b1024 MB\b": "the tool's memory limit: SandboxFusion's and the reference's setting",
     r"\b4 GiB default": "the sandbox's default memory limit, a setting",
     r"100 GB /dev/shm": "the NPU run script's /dev/shm size, a setting",

@@ -35,6 +35,22 @@ def test_support_matrix_matches_pins() -> None:
     assert smollm2 in MAIN_JOB, f"{smollm2} not in docs/main-job.md (retool-models)"
 
 
+def test_the_stacks_table_matches_pins() -> None:
+    """Issue 43: the current stack's row quotes pins.env's V091_ pins (one source for both stacks)."""
+    current = "0.9.1"
+    image = pins.get("VLLM_ASCEND_IMAGE", current)
+    assert f"`{image}:{pins.get('VLLM_ASCEND_TAG_A2', current)}`" in README
+    for key, text in [
+        ("VERL_VERSION", "| {} + `patches/0.9.1/` |"),
+        ("VLLM_VERSION", "vLLM/vllm-ascend {}"),
+        ("CANN_VERSION", "CANN {}"),
+        ("TORCH_NPU_VERSION", "torch-npu {}"),
+        ("NPU_TORCH_VERSION", "torch {} + torch-npu"),
+        ("CPU_TORCH_VERSION", "CPU torch {}"),
+    ]:
+        assert text.format(pins.get(key, current)) in README, key
+
+
 def test_ci_runs_the_readme_test_command() -> None:
     command = "bash scripts/test.sh"
     assert f"```bash\n{command}\n```" in README

@@ -87,33 +87,43 @@ def _fake_kit(root: Path, rc_quick: int, rc_alone: int) -> dict[str, str]:
     and 'runs' each pytest phase by printing its arguments and exiting with the given status."""
     import shutil
 
-    for name in ("scripts/test.sh", "scripts/lib/venv.sh", "scripts/setup_verl.sh", "pins.env", "pyproject.toml"):
+    for name in (
+        "scripts/test.sh",
+        "scripts/lib/venv.sh",
+        "scripts/lib/stack.sh",
+        "scripts/setup_verl.sh",
+        "pins.env",
+        "pyproject.toml",
+    ):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO_ROOT / name, root / name)
     shutil.copytree(REPO_ROOT / "patches", root / "patches")
-    bin_dir = root / ".venv" / "bin"
-    bin_dir.mkdir(parents=True)
-    (bin_dir / "python").write_text(
-        "#!/bin/bash\n"
-        "if [[ $1 == -c ]]; then echo /fake/libtcmalloc_minimal.so.4; exit 0; fi\n"  # the venv step's tcmalloc probe
-        'echo "fake pytest $*"\n'
-        f'[[ " $* " == *" not slow and not serial "* ]] && exit {rc_quick}\n'
-        f"exit {rc_alone}\n"
-    )
     tools = root / "tools"
     tools.mkdir()
     (tools / "bwrap").write_text("#!/bin/sh\nexit 0\n")
     (tools / "ldconfig").write_text("#!/bin/sh\necho 'libnuma.so.1 (libc6,x86-64) => /fake/libnuma.so.1'\n")
-    for path in (bin_dir / "python", tools / "bwrap", tools / "ldconfig"):
+    for path in (tools / "bwrap", tools / "ldconfig"):
         path.chmod(0o755)
-    (root / "build" / "verl" / ".git").mkdir(parents=True)
-    stamp = subprocess.run(
-        ["bash", "-c", f"KIT_ROOT={root}; source {root}/scripts/lib/venv.sh; _kit_stamp"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    (root / ".venv" / ".kit-stamp").write_text(stamp + "\n")
+    for stack, venv, tree, rc_stack in (("0.6.1", ".venv", "verl", None), ("0.9.1", ".venv-0.9.1", "verl-0.9.1", 0)):
+        bin_dir = root / venv / "bin"
+        bin_dir.mkdir(parents=True)
+        (bin_dir / "python").write_text(
+            "#!/bin/bash\n"
+            "if [[ $1 == -c ]]; then echo /fake/libtcmalloc_minimal.so.4; exit 0; fi\n"  # the venv's tcmalloc probe
+            f'echo "fake pytest ({stack}) $*"\n'
+            + (f"exit {rc_stack}\n" if rc_stack is not None else "")
+            + f'[[ " $* " == *" not slow and not serial "* ]] && exit {rc_quick}\n'
+            f"exit {rc_alone}\n"
+        )
+        (bin_dir / "python").chmod(0o755)
+        (root / "build" / tree / ".git").mkdir(parents=True)
+        stamp = subprocess.run(
+            ["bash", "-c", f"KIT_ROOT={root}; KIT_STACK={stack}; source {root}/scripts/lib/venv.sh; _kit_stamp"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        (root / venv / ".kit-stamp").write_text(stamp + "\n")
     env = kit_env()
     env["PATH"] = f"{tools}:{env['PATH']}"
     return env
@@ -126,12 +136,13 @@ def test_the_default_run_prints_each_phases_wall_time_and_keeps_the_worse_exit(t
         env = _fake_kit(root, rc_quick, rc_alone)
         proc = subprocess.run(["bash", "scripts/test.sh"], cwd=root, env=env, capture_output=True, text=True)
         assert proc.returncode == want, proc.stdout + proc.stderr
-        assert "fake pytest -m pytest -m not slow and not serial" in proc.stdout, proc.stdout
-        assert "fake pytest -m pytest -m slow or serial" in proc.stdout, proc.stdout
+        assert "fake pytest (0.6.1) -m pytest -m not slow and not serial" in proc.stdout, proc.stdout
+        assert "fake pytest (0.6.1) -m pytest -m slow or serial" in proc.stdout, proc.stdout
+        assert "fake pytest (0.9.1) -m pytest tests/stack091" in proc.stdout, proc.stdout  # issue 43: phase 3
         line = proc.stdout.strip().splitlines()[-1]
         assert re.fullmatch(
             rf"== test\.sh wall time: venv \d+ s, phase 1 \d+ s \(exit {rc_quick}\), phase 2 \d+ s \(exit "
-            rf"{rc_alone}\), total \d+ s",
+            rf"{rc_alone}\), phase 3 \d+ s \(exit 0\), total \d+ s",
             line,
         ), proc.stdout
 

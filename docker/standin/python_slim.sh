@@ -13,13 +13,14 @@
 #   the real image); ENV PATH, LANG, PYTHON_VERSION; CMD python3.
 # What differs: Python 3.11.2 from Debian instead of python.org's latest 3.11.x build; pip from Debian's ensurepip.
 #
-# Usage: docker/standin/python_slim.sh TAG [MIRROR]   (root; needs debootstrap and a running docker daemon)
+# Usage: docker/standin/python_slim.sh TAG [MIRROR]   (root; debootstrap, apt-installed if missing; a docker daemon)
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib/standin.sh
 source "$here/lib/standin.sh"
 standin_usage "$0" "$@"
+standin_need_tools # debootstrap & co. on a fresh machine (apt-get, as root)
 tag=$1
 mirror=${2:-$STANDIN_DEFAULT_MIRROR}
 root=$(mktemp -d /var/tmp/kit-standin.XXXXXX)

@@ -20,6 +20,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # shellcheck source=lib/standin.sh
 source "$here/lib/standin.sh"
 standin_usage "$0" "$@"
+standin_need_tools # debootstrap & co. on a fresh machine (apt-get, as root)
 tag=$1
 mirror=${2:-$STANDIN_DEFAULT_MIRROR}
 # shellcheck source=../../pins.env

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import platforms as device
-from platforms import PHASES, PLATFORM_OVERRIDE_ENV, PLATFORMS, PROFILES, HardwareProfile, Platform, pins
-from platforms.cli import add_profile_option
+from platforms import PHASES, PLATFORM_OVERRIDE_ENV, PLATFORMS, PROFILES, HardwareProfile, Platform, pins, stacks
+from platforms.cli import add_profile_option, add_stack_option
 from platforms.cli_errors import entry_point, number_arg
+from platforms.doctor.disk import check_disk
 from platforms.doctor.host import check_cann, check_npu_smi, check_platform
 from platforms.doctor.image import check_image
 from platforms.doctor.network import check_network
@@ -34,7 +35,7 @@ from platforms.doctor.probes import (
     has_host_stack,
     skip,
 )
-from platforms.doctor.run import SANDBOX_URL_ENV, check_disk, check_env, check_paths, check_ray, check_sandbox
+from platforms.doctor.run import SANDBOX_URL_ENV, check_env, check_paths, check_ray, check_sandbox
 from platforms.doctor.stack import check_patches, check_versions
 
 
@@ -186,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--phase", choices=PHASES, default="rl", help="which run to check for (default %(default)s)")
     add_profile_option(parser, "hardware profile (default: KIT_HW, else this machine's)")
+    add_stack_option(parser)
     parser.add_argument("--json", action="store_true", help="print the report as JSON (top-level 'platform' field)")
     parser.add_argument("--only", type=_csv, help=f"comma-separated groups to run: {', '.join(GROUPS)}")
     parser.add_argument("-v", "--verbose", action="store_true", help="table: list every device npu-smi reports")
@@ -197,7 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", type=Path, action="append", default=[], help="data file or dir to check (repeatable)")
     parser.add_argument("--ckpt-dir", type=Path, help="where checkpoints go: checks free space and write access")
     parser.add_argument(
-        "--min-free-gb", type=number_arg(0), default=100.0, help="free space to require (default %(default)s)"
+        "--min-free-gb",
+        type=number_arg(0),
+        help="free space to require under --ckpt-dir (default: one checkpoint of --model, sized as the recipe's "
+        "dry run sizes it; without --model an assumed 100)",
     )
     parser.add_argument(
         "--node-ip",
@@ -218,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point("retool-doctor")
 def main(argv: Sequence[str] | None = None, probes: Probes | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stacks.select(args.stack)  # the versions and the patch series are checked against this stack
     opts = Options(
         phase=args.phase,
         profile=args.profile,

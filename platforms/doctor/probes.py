@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import platforms as device
-from platforms import HardwareProfile, Platform, pins
+from platforms import HardwareProfile, Platform, pins, stacks
 from platforms.netprobe import route_source, run_ip_addr
 
 KIT_ROOT = Path(__file__).resolve().parents[2]
@@ -113,7 +113,9 @@ class Probes:
     cann_root: Path = CANN_ROOT
     #: npu-smi binary; None = search the PATH of ``env``.
     npu_smi: str | None = None
-    patches_dir: Path = field(default_factory=lambda: Path(os.environ.get("KIT_PATCH_DIR", KIT_ROOT / "patches")))
+    patches_dir: Path = field(
+        default_factory=lambda: Path(os.environ.get("KIT_PATCH_DIR") or stacks.active().patch_dir)
+    )
     #: A JSON file with Ray's resources of this node ({"NPU": 16, ...}) instead of asking a running cluster.
     ray_resources_json: Path | None = None
     #: Ray address to query; None = RAY_ADDRESS from ``env``, else "auto" when ``ray_state_file`` exists.
@@ -146,7 +148,8 @@ class Options:
     model: Path | None = None
     data: list[Path] = field(default_factory=list)
     ckpt_dir: Path | None = None
-    min_free_gb: float = 100.0
+    #: Free GB --ckpt-dir must have; None = one checkpoint of ``model`` (platforms/doctor/disk.py), else assumed.
+    min_free_gb: float | None = None
     #: This node's address as the other nodes reach it; None = the source address of the route to MASTER_ADDR.
     node_ip: str | None = None
 

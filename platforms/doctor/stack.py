@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from platforms import HardwareProfile, Platform, pins
+from platforms import HardwareProfile, Platform, pins, stacks
 from platforms.doctor.probes import (
     Context,
     Result,
@@ -66,13 +66,26 @@ def expected_versions(platform: Platform) -> list[Expected]:
 def _version_fix(exp: Expected, profile: HardwareProfile) -> str:
     return {
         "image": f"use {image_phrase(profile)}; this package comes with its base image, do not pip-install it over it",
-        "verl": "bash scripts/setup_verl.sh --source sdist --install (verl at the pin with the kit's patches)",
-        "venv": "bash scripts/test.sh (re)creates .venv/ with the pinned CPU build of torch",
+        "verl": f"bash scripts/setup_verl.sh --stack {stacks.active().name} --source sdist --install (verl at the "
+        "stack's pin with its patches)",
+        "venv": f"bash scripts/test.sh --stack {stacks.active().name} --venv (re)creates {stacks.active().venv.name}/ "
+        "with the pinned CPU build of torch",
     }.get(exp.source, f"pip install '{exp.dist}=={exp.version}' (pins.env {exp.pin_key}; the kit images install it)")
 
 
+#: Releases known to break a platform, with the reason the doctor gives: (dist, version, platform name) -> reason.
+KNOWN_BAD = {
+    ("verl", "0.9.0", "npu"): "verl 0.9.0 (the tag) carries #7205 (hccl ckpt engine split_weight_chunks), which breaks "
+    "the HCCL weight update on NPU; it was reverted after the release (#7487, #7488) and 0.9.1 ships the reverted "
+    "checkpoint_engine/hccl_checkpoint_engine.py",
+}
+
+
 def check_versions(ctx: Context) -> list[Result]:
-    results: list[Result] = []
+    """Every pinned version of the active stack (platforms.stacks: --stack, KIT_STACK, else the installed verl's),
+    the stack named first, so a report says which set of pins it held the machine to."""
+    stack = stacks.active()
+    results: list[Result] = [info("versions.stack", stack.describe(), stack=stack.name)]
     search = ctx.probes.search_path
     for exp in expected_versions(ctx.platform):
         installed = dist_version(exp.dist, search)
@@ -83,8 +96,9 @@ def check_versions(ctx: Context) -> list[Result]:
         elif exp.version is None:
             results.append(info(check, f"{exp.dist} {installed} (from the base image, not pinned)"))
         elif _public(installed) != _public(exp.version):
-            summary = f"{exp.dist} {installed}, the kit pins {exp.version} ({exp.pin_key})"
-            fix = _version_fix(exp, ctx.profile)
+            summary = f"{exp.dist} {installed}, the kit pins {exp.version} ({exp.pin_key}, stack {stack.name})"
+            bad = KNOWN_BAD.get((exp.dist, _public(installed), ctx.platform.name))
+            fix = f"{bad}: {_version_fix(exp, ctx.profile)}" if bad else _version_fix(exp, ctx.profile)
             results.append(fail(check, summary, fix, installed=installed, pinned=exp.version))
         else:
             results.append(ok(check, f"{exp.dist} {installed}", installed=installed))

@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from platforms import HardwareProfile, applied
+from platforms import HardwareProfile, applied, stacks
 from platforms.base import RL_ENFORCE_EAGER_KEY, RL_JOB_ENV_KEY
 from recipes.launch import budget, memory, ray_cpus, trace
 from recipes.launch.catalog import Recipe
@@ -40,8 +40,10 @@ def check_sft(cfg: DictConfig, facts: Facts) -> list[str]:
     errors = []
     layout = facts.layout
     world, sp, batch, micro = layout.world, layout.sp, layout.batch, layout.micro_batch
+    # the stack's key (0.9.1: engine.ulysses_sequence_parallel_size)
+    sp_key = stacks.active().verl.sft_key("ulysses_sequence_parallel_size")
     if world % sp:
-        return [f"ulysses_sequence_parallel_size={sp} must divide the {world} ranks (trainer.nnodes x n_gpus_per_node)"]
+        return [f"{sp_key}={sp} must divide the {world} ranks (trainer.nnodes x n_gpus_per_node)"]
     dp = layout.dp
     if batch % dp:
         errors.append(f"data.train_batch_size={batch} must be divisible by the data-parallel size {dp} ({world}/{sp})")
@@ -50,7 +52,7 @@ def check_sft(cfg: DictConfig, facts: Facts) -> list[str]:
             f"data.train_batch_size / dp = {batch // dp} must be divisible by data.micro_batch_size_per_gpu={micro}"
         )
     if sp > 1:
-        errors += _divides_heads(sp, facts.heads, "Ulysses SP", "ulysses_sequence_parallel_size")
+        errors += _divides_heads(sp, facts.heads, "Ulysses SP", sp_key)
     return errors
 
 
@@ -203,6 +205,17 @@ def _resume_problems(cfg: DictConfig) -> list[str]:
     return []
 
 
+def check_inputs(
+    cfg: DictConfig, recipe: Recipe, profile: HardwareProfile, environ: Mapping[str, str], *, path_check: bool
+) -> list[str]:
+    """Issue 44: values against their domains, devices per node against the profile, the kit's environment
+    variables against what their readers take, and (this machine's paths) a resume folder against its phase."""
+    from recipes.launch import validate_resume, validate_values
+
+    errors = validate_values.problems(cfg, recipe.phase, profile, environ)
+    return errors + (validate_resume.problems(cfg, recipe.phase) if path_check else [])
+
+
 def check_plan(
     cfg: DictConfig,
     recipe: Recipe,
@@ -224,6 +237,7 @@ def check_plan(
             errors.append(f"kit checks could not run: {type(exc).__name__}: {exc}")
     if recipe.phase == "rl":  # vLLM's mode against the environment the run gets (TASK_QUEUE_ENABLE on NPU)
         errors += check_rollout_env(cfg, profile, environ)
+    errors += check_inputs(cfg, recipe, profile, environ, path_check=path_check)
     budget_errors, warnings = check_budget(cfg, recipe, facts, path_check=path_check)
     errors += budget_errors
     if facts.memory_error:

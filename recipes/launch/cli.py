@@ -28,8 +28,8 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from platforms import PROFILE_ENV, PROFILE_NAMES, PROFILES, REFERENCE_PROFILE, applied, default_hardware
-from platforms.cli import add_profile_option, profiles_help
+from platforms import PROFILE_ENV, PROFILE_NAMES, PROFILES, REFERENCE_PROFILE, applied, default_hardware, stacks
+from platforms.cli import add_profile_option, add_stack_option, profiles_help
 from platforms.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point, whole_number_arg
 from recipes.launch import catalog, cluster, inputs, restart, runlog
 from recipes.launch.capacity import recipe_demand
@@ -51,7 +51,8 @@ def _epilog() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
-        description="Compose, validate and launch the kit's ReTool recipes (verl 0.6.1) on one of the hardware "
+        description="Compose, validate and launch the kit's ReTool recipes (verl 0.6.1; 0.9.1 with --stack) on one of "
+        "the hardware "
         f"profiles: {profiles_help()}.",
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--no-path-check", action="store_true", help="skip model/data/checkpoint/sandbox checks")
     _add_scale_option(plan)
     _add_parity_option(plan)
+    add_stack_option(plan)
     plan.add_argument("overrides", nargs="*", help="Hydra overrides for verl (after --)")
     sub.add_parser("list", help="list the recipes and their run scripts")
     _add_demand_parser(sub)
@@ -105,6 +107,7 @@ def build_run_parser() -> argparse.ArgumentParser:
     )
     _add_scale_option(run)
     _add_parity_option(run)
+    add_stack_option(run)
     run.add_argument(
         "--max-restarts",
         type=whole_number_arg(0),
@@ -326,8 +329,11 @@ def _resume_hint(returncode: int, plan: Plan) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["run"]:
-        return _run(build_run_parser().parse_intermixed_args(words[1:]), os.environ)
+        args = build_run_parser().parse_intermixed_args(words[1:])
+        stacks.select(args.stack)
+        return _run(args, os.environ)
     args = build_parser().parse_args(words)
+    stacks.select(getattr(args, "stack", None))
     if args.command == "list":
         return _list()
     if args.command == "demand":

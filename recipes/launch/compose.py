@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from platforms import stacks
 from recipes.launch.catalog import CONFIG_DIR, Recipe
 
 
@@ -106,28 +107,22 @@ def validate_rl(cfg: DictConfig) -> list[str]:
     """verl's checks on a resolved PPO config; returns what was checked, raises :class:`ConfigError`."""
     with no_external_modules():
         from verl.trainer.config import AlgoConfig
-        from verl.trainer.ppo.ray_trainer import Role
         from verl.trainer.ppo.reward import get_custom_reward_fn
-        from verl.trainer.ppo.utils import need_critic, need_reference_policy
+        from verl.trainer.ppo.utils import need_critic
         from verl.utils.config import omega_conf_to_dataclass, validate_config
         from verl.utils.import_utils import load_extern_type
         from verl.workers.config import RolloutConfig
 
+    reward_key = stacks.active().verl.reward_key
     done = []
     steps = [
         (
             "verl validate_config",
-            lambda: validate_config(
-                cfg,
-                use_reference_policy=need_reference_policy(
-                    {Role.RefPolicy: None} if needs_reference_policy(cfg) else {}
-                ),
-                use_critic=need_critic(cfg),
-            ),
+            lambda: validate_config(cfg, use_reference_policy=_needs_reference(cfg), use_critic=need_critic(cfg)),
         ),
         ("RolloutConfig", lambda: omega_conf_to_dataclass(cfg.actor_rollout_ref.rollout, RolloutConfig)),
         ("AlgoConfig", lambda: omega_conf_to_dataclass(cfg.algorithm, AlgoConfig)),
-        ("custom reward function", lambda: _require(get_custom_reward_fn(cfg), "custom_reward_function.path")),
+        ("custom reward function", lambda: _require(get_custom_reward_fn(cfg), f"{reward_key}.path")),
         ("dataset class", lambda: load_extern_type(cfg.data.custom_cls.path, cfg.data.custom_cls.name)),
         ("tool config", lambda: _load_tools(cfg.actor_rollout_ref.rollout.multi_turn.tool_config_path)),
     ]
@@ -143,6 +138,17 @@ def validate_rl(cfg: DictConfig) -> list[str]:
             raise ConfigError(f"{name}: {type(exc).__name__}: {_explain(exc)}") from exc
         done.append(name)
     return done
+
+
+def _needs_reference(cfg: DictConfig) -> bool:
+    """verl's own answer: 0.6.1's need_reference_policy takes the role map main_ppo builds, 0.9.x's the config."""
+    from verl.trainer.ppo.utils import need_reference_policy
+
+    if stacks.active().is_default:
+        from verl.trainer.ppo.ray_trainer import Role
+
+        return need_reference_policy({Role.RefPolicy: None} if needs_reference_policy(cfg) else {})
+    return need_reference_policy(cfg)
 
 
 @contextlib.contextmanager
@@ -161,7 +167,10 @@ def _require(value: object, key: str) -> object:
 
 def _load_tools(path: str) -> list[str]:
     """Instantiate the tools as verl's ToolAgentLoop will (class import, schema validation, constructor)."""
-    from verl.tools.utils.tool_registry import initialize_tools_from_config
+    try:
+        from verl.tools.tool_registry import initialize_tools_from_config  # verl 0.9.x
+    except ImportError:
+        from verl.tools.utils.tool_registry import initialize_tools_from_config  # verl 0.6.1
 
     tools = initialize_tools_from_config(path)
     if not tools:
@@ -170,11 +179,36 @@ def _load_tools(path: str) -> list[str]:
 
 
 def validate_sft(cfg: DictConfig) -> list[str]:
-    """What verl's SFT trainer asserts about its config before training (the batch sizes are kit checks)."""
+    """What verl's SFT trainer asserts about its config before training (the batch sizes are kit checks), at the
+    active stack's keys (platforms/stacks.py SFT_KEYS); on verl 0.9.x also its engine and optimiser dataclasses, which
+    the engine-based trainer builds first (verl/trainer/sft_trainer.py:142-143)."""
+    verl = stacks.active().verl
+    strategy_key, sp_key, padding_key = (
+        verl.sft_key(role) for role in ("strategy", "ulysses_sequence_parallel_size", "use_remove_padding")
+    )
     if cfg.data.get("chat_template") is not None:
         raise ConfigError("data.chat_template: verl's SFT trainer rejects it ('not supported yet')")
-    if cfg.model.strategy not in ("fsdp", "fsdp2"):
-        raise ConfigError(f"model.strategy={cfg.model.strategy}: verl's SFT trainer knows fsdp and fsdp2")
-    if cfg.ulysses_sequence_parallel_size > 1 and not cfg.use_remove_padding:
-        raise ConfigError("ulysses_sequence_parallel_size > 1 needs use_remove_padding=true (verl's SFT trainer)")
-    return ["verl SFT trainer assertions"]
+    strategy = OmegaConf.select(cfg, strategy_key)
+    if strategy not in ("fsdp", "fsdp2"):
+        raise ConfigError(f"{strategy_key}={strategy}: verl's SFT trainer knows fsdp and fsdp2")
+    if OmegaConf.select(cfg, sp_key) > 1 and not OmegaConf.select(cfg, padding_key):
+        raise ConfigError(f"{sp_key} > 1 needs {padding_key}=true (verl's SFT trainer)")
+    checked = ["verl SFT trainer assertions"]
+    if verl.sft_module != "verl.trainer.fsdp_sft_trainer":  # the engine-based trainer (verl >= 0.7.1)
+        checked += _engine_configs(cfg)
+    return checked
+
+
+def _engine_configs(cfg: DictConfig) -> list[str]:
+    """verl's FSDPEngineConfig and FSDPOptimizerConfig built from ``cfg`` as its SFT trainer builds them (their
+    ``__post_init__`` checks the strategy, dtypes and schedule); no model is loaded."""
+    with no_external_modules():
+        from verl.utils.config import omega_conf_to_dataclass
+
+    for name in ("engine", "optim"):
+        try:
+            with quiet():
+                omega_conf_to_dataclass(cfg[name])
+        except Exception as exc:
+            raise ConfigError(f"{name}: {type(exc).__name__}: {_explain(exc)}") from exc
+    return ["verl engine and optimiser configs"]

@@ -21,7 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from platforms import stacks
 from platforms.base import DeviceAccess
+from platforms.cli import add_stack_option
 from platforms.cli_errors import EXIT_USAGE, UsageError, entry_point, fail
 from platforms.env import PHASES
 from platforms.images import (
@@ -149,6 +151,7 @@ def run_parser(platform: Platform, prog: str) -> ScriptParser:
     )
     parser.add_argument("--phase", default="rl", choices=PHASES, help="KIT_PHASE, the env the entry point applies")
     parser.add_argument("--name", help="container name")
+    add_stack_option(parser)
     _add_docker_options(parser, access)
     parser.add_argument("--dry-run", action="store_true", help="print the docker run command instead of running it")
     parser.add_argument(
@@ -231,6 +234,7 @@ def compose(
     prog: str = "python -m recipes.launch.containers",
 ) -> tuple[list[str], bool]:
     """(the docker run command, dry run?) for ``argv``; raises :class:`ScriptError` on what the user must fix."""
+    stacks.select_from_argv(list(argv))  # the default image tag is the stack's (docker/build.sh --stack)
     parser = run_parser(platform, prog)
     own, command = split_command(parser, argv)
     args = parser.parse_args(own)

@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scripts/rl_to_hf.sh",
         description="Merge an RL checkpoint's actor (global_step_N/actor, verl FSDP shards) into a Hugging Face "
-        "model folder with python -m verl.model_merger, for evaluation (scripts/eval_model.sh) or release.",
+        "model folder with verl.model_merger (through recipes/launch/merger.py), for evaluation "
+        "(scripts/eval_model.sh) or release.",
         epilog="Default checkpoint dir: $CKPT_DIR, else $CKPT_ROOT/<recipe>_dapo_<hw> (what the RL recipe wrote). "
         f"Default step: the newest complete one ({handoff.TRACKER}). Default target: <ckpt dir>/hf_step_N. The "
         f"target gets a {handoff.MARKER}: the same call again merges nothing; --force replaces only a folder "

@@ -17,10 +17,11 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from platforms import HardwareProfile, current_platform
+from platforms import HardwareProfile, current_platform, stacks
 from recipes.launch import budget, capacity, memory, ray_cpus, runlog, trace
 from recipes.launch.catalog import ModelFacts, Recipe
 from recipes.launch.inputs import RL_ENV_KEY, model_key
@@ -77,6 +78,36 @@ class InFlight:
 
 
 @dataclass(frozen=True)
+class StackView:
+    """What the table shows of the stack, read once from the config at the stack's keys (platforms/stacks.py knows
+    their names; the report only formats these values)."""
+
+    line: str  # "" on the default stack (its table is unchanged), else platforms.stacks.Stack.describe()
+    sft_entry: str = ""  # SFT: the trainer module torchrun runs
+    sft_strategy: str = ""
+    sft_remove_padding: bool = False
+    sft_lr_scheduler: str = ""
+    sft_fsdp: Any = None  # SFT: the trainer's FSDP node (mixed_precision, model_dtype)
+    reward: Any = None  # RL: the reward spec the stack's verl reads
+
+
+def stack_view(cfg: DictConfig, phase: str) -> StackView:
+    stack = stacks.active()
+    line = "" if stack.is_default else stack.describe()
+    if phase == "rl":
+        return StackView(line, reward=OmegaConf.select(cfg, stack.verl.reward_key) or {})
+    key = stack.verl.sft_key
+    return StackView(
+        line,
+        sft_entry=stack.verl.sft_module,
+        sft_strategy=str(OmegaConf.select(cfg, key("strategy"))),
+        sft_remove_padding=bool(OmegaConf.select(cfg, key("use_remove_padding"))),
+        sft_lr_scheduler=str(OmegaConf.select(cfg, key("lr_scheduler"))),
+        sft_fsdp=OmegaConf.select(cfg, key("mixed_precision").rpartition(".")[0]),
+    )
+
+
+@dataclass(frozen=True)
 class Facts:
     """What a plan knows, derived once (:func:`derive`); formatted by the report, read by the checks and the launch."""
 
@@ -94,6 +125,7 @@ class Facts:
     rollout_label: str = ""  # RL: the engine, with its installed version where the plan is for this machine
     trace: str = ""  # RL: where rollout traces go
     sandbox_url: str | None = None  # RL: the code sandbox the job's workers call
+    stack: StackView = StackView("")  # the stack's rows and the values read at its keys
 
 
 #: Whole numbers the planner does arithmetic on, by phase, with their least valid value (issue 21, findings 2-3:
@@ -117,15 +149,22 @@ COUNT_KEYS: dict[str, tuple[tuple[str, int], ...]] = {
         ("actor_rollout_ref.actor.ppo_mini_batch_size", 1),
         ("actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1),
     ),
-    "sft": (("data.micro_batch_size_per_gpu", 1), ("ulysses_sequence_parallel_size", 1)),
+    # SFT's sequence parallelism is the role "ulysses_sequence_parallel_size" at the stack's key (_count_keys)
+    "sft": (("data.micro_batch_size_per_gpu", 1),),
 }
+
+
+def _count_keys(phase: str) -> tuple[tuple[str, int], ...]:
+    """:data:`COUNT_KEYS` of ``phase``, with SFT's sequence parallelism at the active stack's key."""
+    sft_sp = ((stacks.active().verl.sft_key("ulysses_sequence_parallel_size"), 1),) if phase == "sft" else ()
+    return COUNT_KEYS["common"] + COUNT_KEYS[phase] + sft_sp
 
 
 def bad_counts(cfg: DictConfig, phase: str) -> list[str]:
     """Each count that is not a whole number at or above its least value, named with the value it has; checked before
     any arithmetic uses it, in the dry run and the real launch alike (both build the same plan)."""
     errors = []
-    for key, least in COUNT_KEYS["common"] + COUNT_KEYS[phase]:
+    for key, least in _count_keys(phase):
         value = OmegaConf.select(cfg, key)
         if value is None:
             continue
@@ -179,6 +218,7 @@ def derive(
         run_log=runlog.log_path(ckpt_dir, phase, layout.nnodes, environ),
         free_at_ckpt=budget.free_bytes(str(ckpt_dir)) if path_check else None,
         **_memory(cfg, phase, shape, profile, layout.world),
+        stack=stack_view(cfg, phase),
     )
     return (_with_rollout(facts, cfg, profile, env) if phase == "rl" else facts), []
 
@@ -187,7 +227,7 @@ def _layout(cfg: DictConfig, phase: str) -> Layout:
     nnodes, per_node = int(cfg.trainer.nnodes), int(cfg.trainer.n_gpus_per_node)
     world, batch = nnodes * per_node, int(cfg.data.train_batch_size)
     if phase == "sft":
-        sp = int(cfg.ulysses_sequence_parallel_size)
+        sp = int(OmegaConf.select(cfg, stacks.active().verl.sft_key("ulysses_sequence_parallel_size")))
         micro = int(cfg.data.micro_batch_size_per_gpu)
         return Layout(nnodes, per_node, world, sp, max(1, world // sp), batch, micro_batch=micro)
     arr = cfg.actor_rollout_ref

@@ -1,12 +1,13 @@
 """SFT -> RL hand-off: merge the last SFT checkpoint into a Hugging Face model and say how RL should use it.
 
 verl's SFT trainer saves FSDP shards (``global_step_N/model_world_size_W_rank_R.pt``) plus a ``huggingface/``
-folder with config and tokenizer only; vLLM and the RL trainer need a plain HF model. ``python -m verl.model_merger
-merge --backend fsdp`` builds one (on CPU, by design). This module finds the step (``latest_checkpointed_iteration
-.txt`` unless ``--step``), checks the shards are complete, merges into ``<ckpt>/hf_merged`` — the path the RL
-recipes use as their default MODEL_PATH — through a temporary folder and a rename, so a crash never leaves a
-half-written model where RL would load it, and records the source step in ``kit_merge.json`` so a second call is a
-no-op and a merge of another step is refused without ``--force``.
+folder with config and tokenizer only; vLLM and the RL trainer need a plain HF model. verl's model merger
+(``merge --backend fsdp``, run through :mod:`recipes.launch.merger`) builds one (on CPU, by design). This module
+finds the step (``latest_checkpointed_iteration.txt`` unless ``--step``), checks the shards are complete and the
+target writable, merges into ``<ckpt>/hf_merged`` — the path the RL recipes use as their default MODEL_PATH —
+through a temporary folder and a rename, so a crash never leaves a half-written model where RL would load it, and
+records the source step in ``kit_merge.json`` so a second call is a no-op and a merge of another step is refused
+without ``--force``.
 
     python -m recipes.launch.handoff --recipe qwen3_4b --hw a3 [--step N] [--ckpt-dir DIR] [--target DIR] [--dry-run]
 """
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from platforms import default_hardware
 from platforms.cli import add_profile_option
-from platforms.cli_errors import EXIT_OK, KitError, UsageError, entry_point, whole_number_arg
+from platforms.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point, whole_number_arg
 from recipes.launch import catalog, inputs
 
 MARKER = "kit_merge.json"
@@ -63,11 +64,12 @@ class Handoff(Merge):
 
 def merger_command(step_dir: Path, target: Path) -> list[str]:
     """verl's model merger over one FSDP checkpoint step into a plain HF model directory: the kit's one spelling
-    of it (the hand-off above, and tests/cpu/test_cpu_sft.py)."""
+    of it (the hand-off above, and tests/cpu/test_cpu_sft.py), through :mod:`recipes.launch.merger`, which keeps
+    the checkpoint's dtype and tied embeddings (issue 44: verl's own wrote bf16 and an untied lm_head)."""
     return [
         sys.executable,
         "-m",
-        "verl.model_merger",
+        "recipes.launch.merger",
         "merge",
         "--backend",
         "fsdp",
@@ -137,6 +139,9 @@ def plan(args: argparse.Namespace, environ: dict[str, str] | None = None) -> Han
     step_dir = ckpt_dir / f"global_step_{step}"
     check_step_dir(step_dir)
     target = Path(args.target).expanduser().absolute() if args.target else ckpt_dir / catalog.MERGED_DIR_NAME
+    # issue 44: an unwritable --target passed the dry run and failed the merge 30-45 s later in verl's traceback;
+    # the merge writes a sibling temporary folder and renames it, so the target's parent must take new entries
+    check_writable("--target", target)
     return Handoff(step, step_dir, target, sft, rl, args.hw, ckpt_dir)
 
 
@@ -182,10 +187,22 @@ def merge(handoff: Merge, force: bool) -> str:
         raise HandoffError(f"verl.model_merger failed (exit {proc.returncode}); see its output above")
     marker = {"step_dir": str(handoff.step_dir), "step": handoff.step, "merged_s": round(time.monotonic() - start, 1)}
     (tmp / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    give_ordinary_modes(tmp)
     if handoff.target.exists():
         shutil.rmtree(handoff.target)  # an earlier merge (its marker checked above) or an empty folder
     os.replace(tmp, handoff.target)
     return "merged"
+
+
+def give_ordinary_modes(folder: Path) -> None:
+    """What the merge wrote gets the modes any new file here gets (0644 / 0755 under umask 022): issue 44 found
+    ``model.safetensors`` at 0600 beside a 0644 config.json, unreadable to the other users of a shared model dir."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for path in folder.rglob("*"):
+        if not path.is_symlink():
+            path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def rl_instructions(handoff: Handoff) -> str:
@@ -205,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="scripts/sft_to_rl.sh",
         description="Merge the last SFT checkpoint (verl FSDP shards) into a Hugging Face model for the RL stage, "
-        "with python -m verl.model_merger, and print the MODEL_PATH / override the RL recipe expects.",
+        "with verl.model_merger (dtype and tied embeddings kept: recipes/launch/merger.py), and print the "
+        "MODEL_PATH / override the RL recipe expects.",
         epilog="Default checkpoint dir: $CKPT_DIR, else $CKPT_ROOT/<recipe>_sft_<hw> (what the SFT recipe wrote). "
         f"Default target: <ckpt dir>/{catalog.MERGED_DIR_NAME}, the RL recipe's default MODEL_PATH.",
     )

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from platforms import stacks
 from platforms.base import RL_JOB_ENV_KEY
 from recipes.launch.catalog import KIT_ROOT, MERGED_DIR_NAME, Recipe
 from recipes.retool.folders import DEFAULT_CKPT_ROOT, DEFAULT_DATA_DIR, DEFAULT_MODELS_DIR
@@ -104,7 +105,8 @@ def _data_hint(recipe: Recipe, which: str) -> str:
 
 
 def model_key(recipe: Recipe) -> str:
-    return "model.partial_pretrain" if recipe.phase == "sft" else "actor_rollout_ref.model.path"
+    """The model's config key: SFT's is the active stack's (0.6.1 model.partial_pretrain, 0.9.1 model.path)."""
+    return stacks.active().verl.sft_key("model_path") if recipe.phase == "sft" else "actor_rollout_ref.model.path"
 
 
 def resolve(recipe: Recipe, hw: str, environ: Mapping[str, str] | None = None, scale: str = "full") -> list[Input]:

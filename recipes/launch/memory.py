@@ -26,8 +26,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
+from platforms import stacks
 from recipes.launch.catalog import ModelFacts
 
 GB = 1e9
@@ -103,7 +104,7 @@ def estimate(cfg: DictConfig, phase: str, facts: ModelFacts, device_gb: float, w
     params = facts.parameters
     state = TRAIN_STATE_BYTES * params / world
     if phase == "sft":
-        sp = int(cfg.ulysses_sequence_parallel_size)
+        sp = int(OmegaConf.select(cfg, stacks.active().verl.sft_key("ulysses_sequence_parallel_size")))
         tokens = int(cfg.data.micro_batch_size_per_gpu) * int(cfg.data.max_length) // max(1, sp)
         act = _activation_bytes(facts, tokens, bool(cfg.model.enable_gradient_checkpointing))
         return MemoryEstimate(device_gb, state / GB, act / GB, tokens)

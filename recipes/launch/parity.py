@@ -25,11 +25,14 @@ from __future__ import annotations
 ENV: dict[str, str] = {"KIT_FUSED_KERNELS": "off"}
 #: RL only: the Ray job's environment (where the tool runs: the AgentLoopWorkers).
 RL_JOB_ENV: dict[str, str] = {"RETOOL_TOOL_MEMORY_LIMIT_MB": "1024"}
-#: RL only: Hydra overrides.
-RL_OVERRIDES: tuple[str, ...] = (
-    "++custom_reward_function.reward_kwargs.verifier=strict",
-    "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=256",
-)
+
+
+def rl_overrides(reward_key: str) -> tuple[str, ...]:
+    """RL only: Hydra overrides; ``reward_key`` is where the stack's verl reads the reward (platforms.stacks)."""
+    return (
+        f"++{reward_key}.reward_kwargs.verifier=strict",
+        "actor_rollout_ref.rollout.multi_turn.max_tool_response_length=256",
+    )
 
 
 def describe(phase: str) -> str:

@@ -59,28 +59,17 @@ def check_model(path: str, source: Input | None) -> list[Problem]:
     return [Problem(f"model {_named(path, source)} {p}{_finish_hint(path, source, p)}") for p in folder.problems]
 
 
-def _unreadable_parquet(where: Path, named: str, hint: str) -> list[Problem]:
-    """A parquet file whose footer does not read (a copy cut short): the dry run said "dry run OK" with "dataset
-    size not readable here" and the trainer failed at its first load (issue 33). Reads the footer only."""
-    if where.suffix != ".parquet":
-        return []
-    try:
-        import pyarrow.parquet as pq
+def check_data(path: str, source: Input | None, phase: str, messages_key: str = "messages") -> list[Problem]:
+    """SFT reads parquet files only; the kit's RL dataset also takes folders, json(l) and hub ids. A file is read
+    as the phase's dataset class reads it, on its first rows (recipes/launch/validate_data.py, issue 44): a damaged
+    file, another phase's data or a row the class refuses ends the plan, not the job."""
+    from recipes.launch import validate_data
 
-        pq.ParquetFile(where).close()
-    except ImportError:
-        return []
-    except Exception as exc:  # noqa: BLE001  (pyarrow's ArrowInvalid and OSErrors alike: the file is not readable)
-        return [Problem(f"data {named} is not a readable parquet file ({type(exc).__name__}: {exc}){hint}")]
-    return []
-
-
-def check_data(path: str, source: Input | None, phase: str) -> list[Problem]:
-    """SFT reads parquet files only; the kit's RL dataset also takes folders, json(l) and hub ids."""
     where = Path(path)
     hint = f"\n  -> {source.hint}, or set {source.env}" if source else ""
     if where.is_file():
-        return _unreadable_parquet(where, _named(path, source), hint)
+        named = _named(path, source)
+        return [Problem(f"data {named} {p}{hint}") for p in validate_data.problems(path, phase, messages_key)]
     if where.is_dir() and phase == "rl":
         return []
     if phase == "rl" and not where.exists() and _HUB_ID.match(path):

@@ -18,16 +18,15 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from platforms import PROFILES, current_platform
+from platforms import PROFILES, current_platform, stacks
 from platforms.cli_errors import OVERRIDE_KEY, UsageError  # the request itself is wrong: a bad override, ...
-from recipes.launch import checks, cluster, compose, facts, inputs, multinode, paths, ray_cpus, trace
+from recipes.launch import checks, cluster, compose, facts, inputs, multinode, paths, ray_cpus, reward_key, trace
 from recipes.launch import parity as parity_settings
 from recipes.launch.catalog import CONFIG_DIR, Recipe
 from recipes.launch.compose import ConfigError
 from recipes.launch.facts import Facts
 from recipes.retool import REWARD_PATH, TOOL_CONFIG_PATH
 
-SFT_ENTRY = "verl.trainer.fsdp_sft_trainer"
 RL_ENTRY = "verl.trainer.main_ppo"
 
 _SAFE_VALUE = re.compile(r"[\w./:@+\-]+")
@@ -77,7 +76,23 @@ class Plan:
 
 
 def _device_overrides(recipe: Recipe, hw: str) -> list[str]:
-    return [f"profile={hw}", *PROFILES[hw].verl_overrides(recipe.phase)]
+    # the recipes' `stack` config group: where the RL reward goes (recipes/config/reward/), which SFT trainer config the
+    # SFT recipes extend and where their values go (recipes/config/verl_sft/)
+    stack = stacks.active()
+    picked = [f"stack={stack.name}"] if not stack.is_default else []
+    return [f"profile={hw}", *picked, *PROFILES[hw].verl_overrides(recipe.phase)]
+
+
+def check_stack(recipe: Recipe, user: Sequence[str]) -> None:
+    """The active stack can run this recipe here: its verl is the one installed in this Python, and no override sets
+    the reward where that verl ignores it. One line, exit 2, before any work. Every recipe is ported to every stack
+    (the SFT recipes through recipes/config/verl_sft/<stack>.yaml)."""
+    stack = stacks.active()
+    problem = stacks.installed_problem(stack)
+    if problem:
+        raise UsageError(problem, stacks.venv_hint(stack))
+    for problem in reward_key.user_override_problems(list(user), stack):
+        raise UsageError(problem)
 
 
 def _without(ours: Sequence[str], user_keys: set[str]) -> list[str]:
@@ -103,7 +118,15 @@ def check_user_overrides(user: Sequence[str]) -> set[str]:
 
 #: Variables every Ray worker of an RL job must see when set here: the fused-kernel hook and its switches
 #: (npu_kernels.auto reads them in every process), and the parity settings of the tool.
-_RL_JOB_VARS = ("VERL_USE_EXTERNAL_MODULES", "KIT_FUSED_KERNELS", "KIT_FUSED_OPS", *parity_settings.RL_JOB_ENV)
+#: verl >= 0.9 also reads its platform and engine selectors in each worker (platforms/verl_platform.py).
+_RL_JOB_VARS = (
+    "VERL_USE_EXTERNAL_MODULES",
+    "VERL_PLATFORM",
+    "VERL_ENGINE_DEVICE",
+    "KIT_FUSED_KERNELS",
+    "KIT_FUSED_OPS",
+    *parity_settings.RL_JOB_ENV,
+)
 
 
 def _rl_job_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -133,6 +156,7 @@ def build(
         raise UsageError(f"unknown hardware profile {hw!r}; choose one of {', '.join(PROFILES)}")
     user = list(user_overrides)
     user_keys = check_user_overrides(user)
+    check_stack(recipe, user)
     plan = Plan(recipe, hw, scale_given=scale is not None, parity=parity)
     plan.env_command = PROFILES[hw].env_command(recipe.phase)
     if parity:  # the reference's numerics on the kit's stack (recipes.launch.parity)
@@ -171,11 +195,11 @@ def _kit_overrides(plan: Plan, environ: Mapping[str, str]) -> list[str]:
     ours = [hydra_override(i.override_key, i.value) for i in plan.inputs]
     if plan.recipe.phase == "rl":
         ours += [
-            hydra_override("custom_reward_function.path", REWARD_PATH),
+            hydra_override(f"{stacks.active().verl.reward_key}.path", REWARD_PATH),
             hydra_override("actor_rollout_ref.rollout.multi_turn.tool_config_path", TOOL_CONFIG_PATH),
         ]
         ours += [hydra_override(f"+{inputs.RL_ENV_KEY}.{k}", v, string=True) for k, v in _rl_job_env(environ).items()]
-        ours += list(parity_settings.RL_OVERRIDES) if plan.parity else []
+        ours += list(parity_settings.rl_overrides(stacks.active().verl.reward_key)) if plan.parity else []
     return ours
 
 
@@ -269,6 +293,12 @@ def _source_of(plan: Plan, key: str) -> inputs.Input | None:
     return None
 
 
+def _messages_key(cfg: DictConfig) -> str:
+    """The column verl's SFT dataset reads the conversations from (the recipe's sft.messages_key, at the stack's key:
+    0.6.1 data.multiturn.messages_key, 0.9.1 data.messages_key)."""
+    return str(OmegaConf.select(cfg, stacks.active().verl.sft_key("messages_key")) or "messages")
+
+
 def _check_paths(plan: Plan) -> None:
     cfg, phase = plan.cfg, plan.recipe.phase
     assert cfg is not None
@@ -277,7 +307,7 @@ def _check_paths(plan: Plan) -> None:
     problems += paths.check_model(str(OmegaConf.select(cfg, model_key)), _source_of(plan, model_key))
     for key in ("data.train_files", "data.val_files"):
         for item in _as_list(OmegaConf.select(cfg, key)):
-            problems += paths.check_data(item, _source_of(plan, key), phase)
+            problems += paths.check_data(item, _source_of(plan, key), phase, _messages_key(cfg))
     for key, what in paths.OUTPUT_DIRS.items():  # the checkpoints, and the dumps a run writes beside them
         if OmegaConf.select(cfg, key):
             problems += paths.check_ckpt_dir(str(OmegaConf.select(cfg, key)), _source_of(plan, key), what)
@@ -375,6 +405,6 @@ def _argv(plan: Plan, overrides: Sequence[str], environ: Mapping[str, str]) -> l
     config = ["--config-path", str(CONFIG_DIR), "--config-name", plan.recipe.config_name]
     if plan.recipe.phase == "sft":
         torchrun = multinode.torchrun_args(plan.cfg, environ)
-        launcher = [sys.executable, "-m", "torch.distributed.run", *torchrun, "-m", SFT_ENTRY]
+        launcher = [sys.executable, "-m", "torch.distributed.run", *torchrun, "-m", stacks.active().verl.sft_module]
         return [*launcher, *config, *overrides]
     return [sys.executable, "-m", RL_ENTRY, *config, *overrides]

@@ -66,8 +66,10 @@ def _reference_row(plan: Plan, facts: Facts) -> list[tuple[str, str]]:
 
 
 def _input_value(plan: Plan, key: str) -> str:
+    """The input the plan resolved for ``key`` (a config key, or the variable that set it: MODEL_PATH's key is the
+    stack's)."""
     for item in plan.inputs:
-        if item.key == key:
+        if key in (item.key, item.env):
             origin = {"env": item.env, "default": f"default; set {item.env}", "override": "override"}[item.source]
             return f"{item.value}  ({origin})"
     return "?"
@@ -81,10 +83,17 @@ def _short(dtype: object) -> str:
     return _SHORT_DTYPE.get(text, text)
 
 
+def _sft_fsdp(plan: Plan) -> DictConfig:
+    """The SFT trainer's FSDP node, which holds mixed_precision and model_dtype: the stack's (0.6.1
+    model.fsdp_config, 0.9.1 engine), read once by the plan (facts.StackView)."""
+    assert plan.facts is not None
+    return plan.facts.stack.sft_fsdp
+
+
 def compute_dtypes(plan: Plan, cfg: DictConfig) -> dict[str, str]:
     """The dtype each role computes in, as verl will read it (FSDP param_dtype / autocast / rollout dtype)."""
     if plan.recipe.phase == "sft":
-        fsdp = cfg.model.fsdp_config
+        fsdp = _sft_fsdp(plan)
         return {"trainer": _short((fsdp.get("mixed_precision") or {}).get("param_dtype", "bf16"))}
     arr = cfg.actor_rollout_ref
     out = {}
@@ -99,7 +108,7 @@ def compute_dtypes(plan: Plan, cfg: DictConfig) -> dict[str, str]:
 
 def _dtype_row(plan: Plan, cfg: DictConfig) -> str:
     dtypes = compute_dtypes(plan, cfg)
-    fsdp = cfg.model.fsdp_config if plan.recipe.phase == "sft" else cfg.actor_rollout_ref.actor.fsdp_config
+    fsdp = _sft_fsdp(plan) if plan.recipe.phase == "sft" else cfg.actor_rollout_ref.actor.fsdp_config
     params = _short(fsdp.get("model_dtype", "fp32"))
     values = set(dtypes.values())
     compute = (
@@ -134,6 +143,7 @@ def _common_head(plan: Plan, cfg: DictConfig, facts: Facts) -> list[tuple[str, s
             + (f", scale {plan.scale})" if plan.scale_given else ")"),
         ),
         ("reference", plan.recipe.reference),
+        *([("stack", facts.stack.line)] if facts.stack.line else []),
         ("device", f"{cfg.trainer.device}  ({profile.note}{per_device})"),
         ("nodes", f"{layout.nnodes} x {layout.per_node} {unit} = {layout.world}"),
         ("dtype", _dtype_row(plan, cfg)),
@@ -145,12 +155,13 @@ def _common_head(plan: Plan, cfg: DictConfig, facts: Facts) -> list[tuple[str, s
 def _sft_rows(cfg: DictConfig, facts: Facts) -> list[tuple[str, str]]:
     layout = facts.layout
     sp, dp, batch, micro = layout.sp, layout.dp, layout.batch, layout.micro_batch
+    view = facts.stack  # the values at the stack's SFT keys (facts.StackView)
     return [
-        ("entry", "torchrun -m verl.trainer.fsdp_sft_trainer"),
+        ("entry", f"torchrun -m {view.sft_entry}"),
         (
             "parallel",
-            f"{cfg.model.strategy}, Ulysses SP {sp} -> data-parallel {dp}, "
-            f"remove padding {_flag(cfg.use_remove_padding, 'on', 'off')}",
+            f"{view.sft_strategy}, Ulysses SP {sp} -> data-parallel {dp}, "
+            f"remove padding {_flag(view.sft_remove_padding, 'on', 'off')}",
         ),
         (
             "batch",
@@ -160,7 +171,7 @@ def _sft_rows(cfg: DictConfig, facts: Facts) -> list[tuple[str, str]]:
         ("lengths", f"max_length {cfg.data.max_length} (truncation {cfg.data.truncation})"),
         (
             "optim",
-            f"lr {cfg.optim.lr}, {cfg.optim.lr_scheduler} schedule, warmup ratio {cfg.optim.lr_warmup_steps_ratio}",
+            f"lr {cfg.optim.lr}, {view.sft_lr_scheduler} schedule, warmup ratio {cfg.optim.lr_warmup_steps_ratio}",
         ),
     ]
 
@@ -206,7 +217,7 @@ def _rl_rows(plan: Plan, cfg: DictConfig, facts: Facts) -> list[tuple[str, str]]
     micro = _micro_batch(arr.actor)
     mt = arr.rollout.multi_turn
     vk = arr.rollout.val_kwargs
-    reward = cfg.custom_reward_function
+    reward = facts.stack.reward
     kwargs = ", ".join(f"{k}={v}" for k, v in (reward.get("reward_kwargs") or {}).items())
     kl = arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward
     return [
@@ -274,7 +285,7 @@ def rows(plan: Plan) -> list[tuple[str, str]]:
     per_epoch, how = facts.steps.per_epoch, facts.steps.how
     keep = cfg.trainer.get("max_ckpt_to_keep", cfg.trainer.get("max_actor_ckpt_to_keep"))
     tail = [
-        ("model", _input_value(plan, inputs.model_key(plan.recipe))),
+        ("model", _input_value(plan, "MODEL_PATH")),
         ("train data", _input_value(plan, "data.train_files")),
         ("val data", _input_value(plan, "data.val_files")),
         ("steps/epoch", f"{per_epoch}  ({how})" if per_epoch is not None else f"unknown  ({how})"),

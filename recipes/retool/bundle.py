@@ -28,6 +28,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from platforms import stacks
+from platforms.cli import add_stack_option
 from platforms.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point
 from recipes.retool import bundle_offline
 from recipes.retool.folders import DEFAULT_DATA_DIR, DEFAULT_MODELS_DIR
@@ -279,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new or empty folder")
     c.add_argument("--model", default=DEFAULT_MODEL, help=f"hub id of the base model (default {DEFAULT_MODEL})")
     c.add_argument("--image", action="append", default=[], metavar="TAG", help="docker save this image (repeatable)")
+    add_stack_option(c)
     c.add_argument(
         "--no-wheels",
         action="store_true",
@@ -305,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point("retool-bundle")
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stacks.select(getattr(args, "stack", None))  # create: the stack's pinned wheels and verl sdist
     if args.command == "create":
         create(args.out, args.model, args.image, not args.no_wheels)
     else:

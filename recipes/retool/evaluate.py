@@ -268,6 +268,9 @@ def check_args(args: argparse.Namespace) -> None:
     """Options that cannot work together or with these inputs: a UsageError naming them, before any reading."""
     if args.step is not None and args.all_steps:
         raise UsageError("--step and --all-steps: give one (a step's file, or every step's)")
+    if args.quiet and args.json is None and args.markdown is None:
+        # issue 44: --quiet alone printed and wrote nothing, exit 0: a run whose report went nowhere
+        raise UsageError("--quiet without --json or --markdown: the report would go nowhere", "add --json FILE")
     files = [str(path) for path in args.inputs if path.is_file()]
     if args.step is not None and files:
         raise UsageError(f"--step {args.step} picks a file in a dump folder, but {files[0]} is a file")

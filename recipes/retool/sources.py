@@ -22,25 +22,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from platforms.cli_errors import MissingPathError, UsageError
+from platforms.cli_errors import MissingPathError
 
-FORMATS = ("retool_rl", "dapo", "aime_maxwell", "problem_answer", "sft_multiturn", "retool_sft_raw")
-RL_FORMATS = ("retool_rl", "dapo", "aime_maxwell", "problem_answer")
-SFT_FORMATS = ("sft_multiturn", "retool_sft_raw")
+# The format rule is the doctor's and the dry run's too (issue 44): one definition, in platforms/data_file.py.
+from platforms.data_file import FORMATS, RL_FORMATS, SFT_FORMATS, SchemaError, detect_format
+
+__all__ = [
+    "FORMATS",
+    "RL_FORMATS",
+    "SFT_FORMATS",
+    "SchemaError",
+    "Source",
+    "default_data_source",
+    "detect_format",
+    "open_source",
+]
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-class SchemaError(UsageError, ValueError):
-    """A row does not match its schema; the message names the file, the row and the field.
-
-    ``row`` is the 0-based index the code counts with; messages count from 1, as jsonl line numbers do, so "row 3"
-    of a jsonl file without blank lines is line 3 (issue 14: messages mixed 0-based rows and 1-based lines)."""
-
-    def __init__(self, source: str, row: int | None, field_name: str, problem: str) -> None:
-        where = f"row {row + 1}" if row is not None else "schema"
-        super().__init__(f"{source}: {where}: field {field_name!r}: {problem}")
-        self.source, self.row, self.field_name, self.problem = source, row, field_name, problem
 
 
 @dataclass
@@ -188,26 +186,6 @@ def open_source(location: str, split: str = "train") -> Source:
     if _HUB_ID.match(location) and not location.startswith((".", "/", "~")):
         return _hub_source(location, split)
     raise MissingPathError(f"{location}: no such file or folder (and not a hub id of the form org/name)")
-
-
-def detect_format(columns: list[str], source: str = "input") -> str:
-    """The source schema, from the column names (``--format`` overrides this); ``source`` names it in errors."""
-    cols = set(columns)
-    if {"prompt", "reward_model", "agent_name"} <= cols:
-        return "retool_rl"
-    if {"prompt", "reward_model"} <= cols:
-        return "dapo"
-    if {"Problem", "Answer"} <= cols:
-        return "aime_maxwell"
-    if {"problem", "answer"} <= cols:
-        return "problem_answer"
-    if {"messages", "tools"} <= cols:
-        return "sft_multiturn"
-    if "messages" in cols:
-        return "retool_sft_raw"
-    if not cols:
-        raise SchemaError(source, None, "<columns>", "no columns: the file is empty")
-    raise SchemaError(source, None, "<columns>", f"unrecognised columns {sorted(cols)}; pass --format")
 
 
 def default_data_source(fmt: str, location: str) -> str:

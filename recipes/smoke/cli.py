@@ -21,6 +21,7 @@ import datetime
 import importlib.util
 import json
 import os
+import shlex
 import shutil
 import sys
 import warnings
@@ -29,7 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from platforms import stacks
+from platforms.cli import add_stack_option
 from platforms.cli_errors import EXIT_OK, EXIT_USAGE, UsageError, check_writable, entry_point, hydra_override_arg
+from recipes.smoke.help_text import EPILOG
 
 if TYPE_CHECKING:
     from platforms import HardwareProfile, Platform
@@ -43,26 +47,6 @@ VENV = "venv"
 RUNTIME_MODULES = ("torch", "verl", "hydra")
 #: What a dry run imports to compose the stages' commands (the launcher's config composition).
 DRY_RUN_MODULES = ("omegaconf", "hydra")
-
-EPILOG = """\
-Stages: model -> data -> SFT -> merge -> tool-call check -> sandbox -> RL -> eval -> plots (-> learn), with the real
-trainers. Default: the learning check on SmolLM2-135M-Instruct (built from the pinned PyPI wheel once, ~20 min on 2
-CPU cores, judged: exit 1 with "did NOT learn" when validation accuracy and tool use do not rise); --fast/--tiny: the
-pipeline check on a tiny random model (no downloads). Prints a final table (stage, ok/failed, seconds, key metric)
-and writes OUT/summary.json; exits non-zero naming the failed stage. The sandbox and every trainer are stopped at
-the end whatever happens, and die with the run even if it is killed.
-
-Platform: auto detects it (KIT_DEVICE forces one). On cpu the run uses the kit's .venv (built or updated first), or
-inside the kit's CPU image (docker/run_cpu.sh) the image's Python; on npu or cuda it uses this interpreter (the
-image's Python: KIT_PYTHON, else python3) with the platform's own hardware profile (KIT_HW, else this machine's),
-environment and one device, at the tiny "smoke" scale: a "does my stack work" check. --dry-run prints every
-command and its environment and starts nothing.
-
-Artifacts: OUT/logs/<stage>.log, OUT/data/*.parquet, OUT/sft/{ckpt,hf_merged,tensorboard},
-OUT/rl/{tensorboard,val_generations,rollouts}, OUT/eval/eval.{md,json}, OUT/plots/*.png, OUT/summary.json.
-Measured with --fast on 2 CPU cores (fp32): 308 s, of which SFT 160 s (96 steps, 1.2 s/step) and RL 109 s (vLLM's
-CPU build, first step 96 s into the stage, then ~12 s a step); the learning check: 9.9 min (docs/main-job.md).
-"""
 
 
 def default_out() -> Path:
@@ -187,6 +171,7 @@ def build_run_parser(prog: str = "bash scripts/smoke.sh") -> argparse.ArgumentPa
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_run_options(parser)
+    add_stack_option(parser)  # check-args stays light: the platform package imports no torch
     return parser
 
 
@@ -324,6 +309,7 @@ def _check_args(words: list[str]) -> int:
     if words[:1] == ["--runner-fd"] and len(words) >= 2 and words[1].isdigit():
         fd, words = int(words[1]), words[2:]
     args = build_run_parser().parse_args(words)  # --help: printed, exit 0, nothing on fd
+    stacks.select_for_smoke(args.stack)
     out = (args.out or default_out()).resolve()
     check_out(out, args.force)
     # the tasks' names (recipes.smoke.learn's LEARN_TASK, commands' SMOKE_TASK): check-args imports neither
@@ -362,7 +348,7 @@ def run_mode(args: argparse.Namespace) -> str:
 
 
 def describe(smoke: Any) -> str:
-    """The dry run: every command, with what its environment changes against this one."""
+    """The dry run: every command, with what its environment changes against this one, quoted (issue 44: pasted)."""
     lines = [
         f"[smoke] dry run: platform {smoke.profile.platform.name}, hardware profile {smoke.profile.name}, scale "
         f"smoke, rollout {smoke.rollout_engine().label()}, python {sys.executable}; out {smoke.out}; nothing is "
@@ -378,10 +364,10 @@ def describe(smoke: Any) -> str:
             lines.append("  (environment as above)")
         else:
             changed = {k: v for k, v in cmd.env.items() if os.environ.get(k) != v}
-            lines += [f"  env {k}={v}" for k, v in sorted(changed.items())]
+            lines += [f"  env {k}={shlex.quote(v)}" for k, v in sorted(changed.items())]
             lines += [f"  env -u {k}" for k in sorted(os.environ) if k not in cmd.env]
         previous = cmd.env
-        lines.append("  $ " + " ".join(cmd.argv))
+        lines.append("  $ " + shlex.join(cmd.argv))
     return "\n".join(lines)
 
 
@@ -395,6 +381,7 @@ def _model_label(smoke: Any) -> str:
 
 def _run(words: list[str]) -> int:
     args = build_run_parser().parse_args(words)
+    stacks.select_for_smoke(args.stack)
     target = resolve_target(args.platform)
     out = (args.out or default_out()).resolve()
     from recipes.smoke.commands import FAST, FULL, SMOKE_TASK, check_rl_overrides, check_sft_overrides

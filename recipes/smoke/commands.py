@@ -75,7 +75,6 @@ RL_OVERRIDES = (
     "data.max_response_length=96",  # tool call + tool response + boxed answer is ~50 tokens
     "actor_rollout_ref.actor.optim.lr=1e-4",
     "trainer.val_before_train=True",
-    "trainer.save_freq=-1",
     "trainer.logger=['console','tensorboard']",
 )
 #: data stage: (retool-prepare command, shipped input, output parquet)
@@ -196,6 +195,13 @@ def one_device_overrides(profile: HardwareProfile) -> list[str]:
     return ["trainer.nnodes=1", "trainer.n_gpus_per_node=1"] if profile.devices_per_node else []
 
 
+def last_checkpoint_overrides(steps: int) -> list[str]:
+    """One RL checkpoint, at the last step, and only that one kept: issue 44 found ``OUT/rl/ckpt`` empty (the run
+    saved nothing), so the README's way from a checkpoint to a score (scripts/rl_to_hf.sh, scripts/eval_model.sh)
+    could not be followed on the main job's own run. One save costs a few seconds and the model's shards on disk."""
+    return [f"trainer.save_freq={steps}", "trainer.max_actor_ckpt_to_keep=1"]
+
+
 class SmokeCommands:
     """The paths of one smoke run and every command its stages start, with their environments."""
 
@@ -310,6 +316,7 @@ class SmokeCommands:
             *self.task.rl_overrides,
             f"data.val_files=[{','.join(str(p) for p in self.val_files)}]",
             f"trainer.total_training_steps={s.rl_steps}",
+            *last_checkpoint_overrides(s.rl_steps),
             f"trainer.test_freq={s.rl_test_freq}",
             f"trainer.validation_data_dir={self.rl_dir / 'val_generations'}",
             f"trainer.rollout_data_dir={self.rl_dir / 'rollouts'}",

@@ -50,7 +50,9 @@ LEARN_SFT_OVERRIDES = (
     "optim.lr=1e-4",  # a pretrained model: a fine-tuning rate, not the random tiny model's 2e-2
     "optim.lr_warmup_steps_ratio=0.05",
     "model.enable_gradient_checkpointing=false",
-    "use_remove_padding=true",  # the trainer pads rows to max_length: compute only the real tokens
+    # the trainer pads rows to max_length: compute only the real tokens. The recipes' stack-neutral key: verl_sft/
+    # <stack>.yaml places it at the stack's (0.6.1 use_remove_padding, 0.9.1 model.use_remove_padding)
+    "sft.use_remove_padding=true",
 )
 LEARN_TASK = Task(
     "learn",
@@ -86,8 +88,7 @@ LEARN_TASK = Task(
         "actor_rollout_ref.rollout.val_kwargs.n=1",
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
         "actor_rollout_ref.rollout.val_kwargs.top_p=1.0",
-        "trainer.val_before_train=True",
-        "trainer.save_freq=-1",
+        "trainer.val_before_train=True",  # the RL stage saves its last step (commands.last_checkpoint_overrides)
         "trainer.logger=['console','tensorboard']",
     ),
     generate=learn_data.write,

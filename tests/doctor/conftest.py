@@ -245,7 +245,11 @@ class FakeA3:
         (self.model / "config.json").write_text(json.dumps({"model_type": "qwen3", "num_attention_heads": 32}))
         (self.model / "tokenizer.json").write_text("{}")
         (self.model / "model.safetensors").write_bytes(b"\0" * 4096)
-        self.data.write_bytes(b"PAR1" + b"\0" * 64 + b"PAR1")
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        row = {"prompt": [{"role": "user", "content": "1+1?"}], "reward_model": {"ground_truth": "2"}}
+        pq.write_table(pa.Table.from_pylist([row]), self.data)  # a real RL parquet: the doctor reads its rows
         self.ip_addr.write_text(IP_ADDR_TEXT)
         self.env = self._good_env()
         return self

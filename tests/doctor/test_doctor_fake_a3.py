@@ -180,6 +180,11 @@ def _transformers_old(node: FakeA3) -> None:
 
 
 FAULTS: dict[str, Fault] = {
+    # issue 43: verl 0.9.0 (the tag) breaks the HCCL weight update on NPU (#7205, reverted in #7487/#7488): the doctor
+    # names the reason, not only the version
+    "verl 0.9.0 on NPU": Fault(
+        _then(lambda n: n.set_version("verl", "0.9.0")), {"versions.verl"}, ("#7205", "#7487", "setup_verl.sh --stack")
+    ),
     "wrong CANN version": Fault(
         _then(lambda n: n.set_cann_version("8.2.RC1")), {"cann.version"}, ("CANN 8.3.RC2", "docker/build.sh --hw a3")
     ),

@@ -47,7 +47,8 @@ def plan_env(home: Path) -> dict[str, str]:
 
 @pytest.fixture
 def make_model() -> Callable[..., Path]:
-    """Factory: a folder the path checks accept as a complete Hugging Face model (config.json + model.safetensors).
+    """Factory: a folder the path checks accept as a complete Hugging Face model (config.json, model.safetensors,
+    tokenizer.json).
 
     The checkpoint-disk and memory estimates read the model's shape from config.json (recipes/launch/budget.py
     checkpoint_budget, memory.facts_for), so the config is a whole tiny one: its ~0.1M parameters (~1.3 MB per
@@ -70,6 +71,7 @@ def make_model() -> Callable[..., Path]:
         }
         (path / "config.json").write_text(json.dumps(config))
         (path / "model.safetensors").write_bytes(bytes(1 << 20))
+        (path / "tokenizer.json").write_text("{}")  # the model rule wants a tokenizer (issue 44)
         return path
 
     return make
@@ -77,14 +79,17 @@ def make_model() -> Callable[..., Path]:
 
 @pytest.fixture
 def make_parquet() -> Callable[[Path, int], Path]:
-    """Factory: a parquet file of ``rows`` ReTool-SFT-shaped rows (only the row count matters before launch)."""
+    """Factory: a parquet file of ``rows`` rows both phases' dataset classes read (the plan reads the first rows
+    through them, issue 44): SFT's ``messages`` and the kit's RL columns side by side; otherwise only the row count
+    matters before launch."""
 
     def make(path: Path, rows: int) -> Path:
         import pandas as pd
 
         message = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "\\boxed{2}"}]
+        rl = {"prompt": message[:1], "reward_model": {"style": "rule", "ground_truth": "2"}, "agent_name": "tool_agent"}
         path.parent.mkdir(parents=True, exist_ok=True)
-        pd.DataFrame({"messages": [message] * rows}).to_parquet(path)
+        pd.DataFrame([{"messages": message, **rl}] * rows).to_parquet(path)
         return path
 
     return make

@@ -52,7 +52,8 @@ def test_dry_run_finds_the_latest_step_of_the_recipe_default_dir(launch_env: dic
     lines = proc.stdout.splitlines()
     target = ckpt / "hf_merged"
     assert lines[0] == f"SFT checkpoint: {step_dir} (step 62)"
-    assert lines[1].endswith(f"-m verl.model_merger merge --backend fsdp --local_dir {step_dir} --target_dir {target}")
+    merge = f"-m recipes.launch.merger merge --backend fsdp --local_dir {step_dir} --target_dir {target}"
+    assert lines[1].endswith(merge)
     assert lines[2:] == [
         f"model for RL: {target}",
         f"  run:      MODEL_PATH={target} bash recipes/run_qwen3_4b_dapo_npu.sh --hw a2",

@@ -37,6 +37,7 @@ def _qwen25_7b_config() -> dict[str, object]:
 def _sharded(folder: Path, present: dict[str, bytes], total_size: int | None = None) -> Path:
     folder.mkdir(parents=True)
     (folder / "config.json").write_text(json.dumps(_qwen25_7b_config()))
+    (folder / "tokenizer.json").write_text("{}")
     index: dict[str, object] = {"weight_map": {f"layers.{i}": name for i, name in enumerate(SHARDS)}}
     if total_size is not None:
         index["metadata"] = {"total_size": total_size}
@@ -58,6 +59,7 @@ def test_many_missing_shards_show_the_first_few_and_a_count(tmp_path: Path) -> N
     folder = tmp_path / "m"
     folder.mkdir()
     (folder / "config.json").write_text("{}")
+    (folder / "tokenizer.json").write_text("{}")
     names = [f"model-{i:05d}-of-00017.safetensors" for i in range(1, 18)]
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {n: n for n in names}}))
     (problem,) = model_folder.inspect(folder).problems
@@ -79,6 +81,7 @@ def test_lfs_pointers_empty_and_truncated_shards_are_not_weights(tmp_path: Path)
     assert len(short.problems) == 1 and "hold 40 bytes, less than the 41" in short.problems[0]
     (tmp_path / "single").mkdir()
     (tmp_path / "single" / "config.json").write_text("{}")
+    (tmp_path / "single" / "tokenizer.json").write_text("{}")
     (tmp_path / "single" / "model.safetensors").write_bytes(pointer)
     assert model_folder.inspect(tmp_path / "single").problems == [
         "is incomplete: its weights model.safetensors is a Git LFS pointer, not weights"
@@ -91,6 +94,7 @@ def test_a_complete_tiny_folder_passes(tmp_path: Path) -> None:
     assert found.complete and found.weights_bytes == 48 and found.expected_bytes == 40
     (tmp_path / "one").mkdir()
     (tmp_path / "one" / "config.json").write_text("{}")
+    (tmp_path / "one" / "tokenizer.model").write_bytes(b"sentencepiece")
     (tmp_path / "one" / "pytorch_model.bin").write_bytes(b"w" * 64)
     assert model_folder.inspect(tmp_path / "one").complete
 

@@ -39,7 +39,7 @@ def test_dry_run_merges_the_newest_step_of_the_rl_run(launch_env: dict[str, str]
     target = ckpt / "hf_step_20"
     lines = proc.stdout.splitlines()
     assert lines[0] == f"RL checkpoint: {actor} (step 20)"
-    assert lines[1].endswith(f"-m verl.model_merger merge --backend fsdp --local_dir {actor} --target_dir {target}")
+    assert lines[1].endswith(f"-m recipes.launch.merger merge --backend fsdp --local_dir {actor} --target_dir {target}")
     assert lines[2:] == [
         f"model of RL step 20: {target}",
         f"  score it: bash scripts/eval_model.sh --recipe qwen3_4b --hw a3 --model {target} --name rl_step_20",

@@ -100,3 +100,13 @@ def test_sandbox_stopped(learned: dict) -> None:
 
 def test_artifacts(learned: dict) -> None:
     check_artifacts(learned, {"product"})
+
+
+def test_rl_keeps_its_last_checkpoint_for_the_hand_off(learned: dict) -> None:
+    """Issue 44, finding 3: the run's own ``rl/ckpt`` holds its last step, complete, the one checkpoint kept, so
+    ``scripts/rl_to_hf.sh --ckpt-dir OUT/rl/ckpt`` and then ``scripts/eval_model.sh`` can follow (README)."""
+    ckpt = learned["out"] / "rl" / "ckpt"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == str(LEARN.rl_steps)
+    actor = ckpt / f"global_step_{LEARN.rl_steps}" / "actor"
+    assert (actor / "fsdp_config.json").is_file() and (actor / "huggingface" / "config.json").is_file()
+    assert sorted(p.name for p in ckpt.glob("global_step_*")) == [f"global_step_{LEARN.rl_steps}"]

@@ -3,6 +3,34 @@
 # a Debian bookworm root filesystem from Debian's mirror with Python 3.11 as a venv at /usr/local, this machine's
 # extra CAs, the stand-in marker, and `docker import` under a tag with the stand-in label.
 
+# The host commands the stand-in builds call (this file and docker/standin/*.sh; cann_stub.sh runs inside the image),
+# each as COMMAND:PACKAGE, the Debian/Ubuntu package that brings it. A fresh machine lacks debootstrap (issue 44:
+# `debootstrap: command not found` right after scripts/test_images.sh had installed docker.io for its daemon).
+# tests/docker/test_issue44_standin_tools.py holds this list to the commands the scripts call.
+STANDIN_TOOLS=(debootstrap:debootstrap chroot:coreutils mktemp:coreutils cp:coreutils rm:coreutils tail:coreutils
+  cat:coreutils dirname:coreutils sort:coreutils id:coreutils tar:tar awk:mawk docker:docker.io)
+# debootstrap checks bookworm's Release file against Debian's archive key: a package of its own on Ubuntu.
+STANDIN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+
+# standin_need_tools: the packages of the STANDIN_TOOLS missing here, and Debian's archive keyring, installed with
+# apt-get as test_images.py installs docker.io (as root); without root or apt-get, one line naming them, exit 2.
+standin_need_tools() {
+  local pair missing=()
+  for pair in "${STANDIN_TOOLS[@]}"; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || missing+=("${pair#*:}")
+  done
+  [[ -f $STANDIN_KEYRING ]] || missing+=(debian-archive-keyring)
+  ((${#missing[@]} > 0)) || return 0
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  if [[ $(id -u) != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+    echo "stand-in: error: ${missing[*]} missing (install them: as root with apt-get, this script does)" >&2
+    exit 2
+  fi
+  echo "stand-in: installing ${missing[*]} (apt)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >&2
+}
+
 # standin_rootfs ROOT MIRROR EXTRA_PACKAGES: debootstrap bookworm (minbase) + python3 made the /usr/local Python.
 standin_rootfs() {
   local root=$1 mirror=$2 extra=$3

@@ -1,0 +1,73 @@
+"""What a CPU run of a verl with a platform registry (>= 0.9) needs from the kit: the env that selects the kit's CPU
+platform and verl's FSDP engine, the module verl must import first, the overrides, and how to tell such a verl.
+
+Why apart from :mod:`platforms.verl_platform`: that module registers the platform with verl when it is imported (it is
+the plugin ``VERL_USE_EXTERNAL_MODULES`` names), which imports verl; the platform layer (platforms/cpu.py) asks these
+questions in every process, verl or not, and must not import verl to answer them.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+#: What ``VERL_USE_EXTERNAL_MODULES`` names to load this plugin (platforms/cpu.py puts it first in that list).
+MODULE = "platforms.verl_platform"
+#: The registry name and ``VERL_PLATFORM`` value (the registry lower-cases names: platform_manager.py:61).
+PLATFORM_NAME = "cpu"
+#: verl writes the platform's visibility variable into each worker's env (verl/single_controller/base/worker.py:172-179,
+#: 213-214; vllm_async_server.py:135) and so needs a name; on CPU nothing reads it, so it is the kit's own, inert one.
+VISIBLE_DEVICES_ENV = "KIT_CPU_VISIBLE_DEVICES"
+#: The device whose engines (FSDP, FSDP2) a CPU run uses: they are device-agnostic and registered for cuda.
+ENGINE_DEVICE = "cuda"
+#: The first verl with ``verl.plugin.platform`` (0.6.1 has only verl/utils/device.py's name checks).
+FIRST_REGISTRY_VERSION = (0, 9)
+
+
+def verl_version() -> str | None:
+    """verl's installed version from its metadata (no import of verl), or None when it is not installed."""
+    try:
+        return metadata.version("verl")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def has_platform_registry(version: str | None) -> bool:
+    """Whether this verl version has the platform registry (>= 0.9); False for None or an unparsable version."""
+    if not version:
+        return False
+    parts = version.split(".")[:2]
+    try:
+        return (int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)) >= FIRST_REGISTRY_VERSION
+    except (ValueError, IndexError):
+        return False
+
+
+def verl_env(stack_name: str) -> dict[str, str]:
+    """The env a CPU run of this stack adds: the platform and engine selectors on a verl with the registry, else none.
+
+    platforms/cpu.py merges this into its env table for the RL and SFT phases and puts :data:`MODULE` first in
+    ``VERL_USE_EXTERNAL_MODULES`` (see :func:`external_modules`): verl 0.9.1 reads ``VERL_PLATFORM`` once, at the
+    first ``get_platform()`` (platform_manager.py:92-96), in each process; Ray workers inherit the driver's env.
+    """
+    if not has_platform_registry(stack_name):
+        return {}
+    # kit: the engine registry keys engines by device and registers FSDP for cuda/npu only (verl/workers/engine/fsdp/
+    # transformer_impl.py:1143,1594), so "cpu" finds none ("No engine registered for device='cpu'"); verl's own
+    # override (verl/workers/engine/base.py:404-408) selects the FSDP engine, whose code asks the platform for devices.
+    return {"VERL_PLATFORM": PLATFORM_NAME, "VERL_ENGINE_DEVICE": ENGINE_DEVICE}
+
+
+#: verl 0.9.1's default (V1) PPO trainer keeps a batch in TransferQueue storage actors, 8 by default, each holding a
+#: Ray CPU (verl/trainer/config/transfer_queue/*.yaml); with the controller and the TaskRunner that is more than the
+#: cpu profile's 8 Ray CPUs, and the run waits for CPUs forever without a word. One unit holds a CPU run's batches.
+TRANSFER_QUEUE_UNITS_KEY = "transfer_queue.backend.SimpleStorage.num_data_storage_units"
+
+
+def rl_overrides(stack_name: str) -> list[str]:
+    """The RL overrides a CPU run of this stack needs beyond the reference's: none on 0.6.1."""
+    return [f"{TRANSFER_QUEUE_UNITS_KEY}=1"] if has_platform_registry(stack_name) else []
+
+
+def external_modules(stack_name: str) -> list[str]:
+    """The modules to put first in ``VERL_USE_EXTERNAL_MODULES`` for this stack: this one on 0.9+, none on 0.6.1."""
+    return [MODULE] if has_platform_registry(stack_name) else []
