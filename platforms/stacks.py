@@ -183,9 +183,6 @@ def get(name: str) -> Stack:
     return Stack(name, pins.for_stack(name))
 
 
-installed_verl = pins.installed_verl
-
-
 def active() -> Stack:
     """The stack this process serves: ``KIT_STACK``, else the installed verl's, else the default."""
     return get(pins.active_stack())
@@ -201,7 +198,7 @@ def select(name: str | None) -> Stack:
 def installed_problem(stack: Stack) -> str | None:
     """Why this interpreter cannot serve ``stack``: its verl is another version (None when it matches, or when no
     verl is installed: what needs verl then fails on its own)."""
-    version = installed_verl()
+    version = pins.installed_verl()
     if version is None or version.split("+")[0] == stack.pin("VERL_VERSION"):
         return None
     import sys

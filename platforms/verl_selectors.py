@@ -8,7 +8,7 @@ questions in every process, verl or not, and must not import verl to answer them
 
 from __future__ import annotations
 
-from importlib import metadata
+from platforms.pins import installed_verl as verl_version  # noqa: F401  (the plugin's name for it)
 
 #: What ``VERL_USE_EXTERNAL_MODULES`` names to load this plugin (platforms/cpu.py puts it first in that list).
 MODULE = "platforms.verl_platform"
@@ -21,14 +21,6 @@ VISIBLE_DEVICES_ENV = "KIT_CPU_VISIBLE_DEVICES"
 ENGINE_DEVICE = "cuda"
 #: The first verl with ``verl.plugin.platform`` (0.6.1 has only verl/utils/device.py's name checks).
 FIRST_REGISTRY_VERSION = (0, 9)
-
-
-def verl_version() -> str | None:
-    """verl's installed version from its metadata (no import of verl), or None when it is not installed."""
-    try:
-        return metadata.version("verl")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def has_platform_registry(version: str | None) -> bool:

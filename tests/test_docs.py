@@ -410,26 +410,33 @@ def _allowed(text: str, start: int, end: int) -> bool:
     return any(m.start() <= start and end <= m.end() for rx in NOT_MEASURED for m in re.finditer(rx, text))
 
 
-def unsourced_figures(text: str, page: str = "page") -> list[str]:
-    """The figures of ``text`` that name no measurement: their unit, the unit's caption (the text block before it,
-    ending in ':') and their section's first paragraph say nothing of one."""
+def in_context(text: str) -> Iterator[tuple[Block, str, str]]:
+    """Each non-heading block of ``text`` with what may name its source: its caption (a table's: the text block before
+    it, ending in ':') and its section's first paragraph. tests/test_measurements.py reads figures the same way."""
     found = blocks(text)
-    problems = []
     section_intro = ""
     for i, block in enumerate(found):
         if block.kind == "heading":
             following = next((b for b in found[i + 1 :] if b.kind != "heading"), None)
             section_intro = following.text if following is not None and following.kind == "text" else ""
             continue
-        flat = " ".join(block.text.split())  # a phrase may wrap
-        figures = [m for m in FIGURE.finditer(flat) if not _allowed(flat, m.start(), m.end())]
-        if not figures:
-            continue
         j = i  # a table row's caption is the block before its table
         while block.kind == "row" and j > 0 and found[j - 1].kind == "row":
             j -= 1
         previous = found[j - 1] if j > 0 else None
         caption = previous.text if previous and previous.kind == "text" and previous.text.endswith(":") else ""
+        yield block, caption, section_intro
+
+
+def unsourced_figures(text: str, page: str = "page") -> list[str]:
+    """The figures of ``text`` that name no measurement: their unit, the unit's caption (the text block before it,
+    ending in ':') and their section's first paragraph say nothing of one."""
+    problems = []
+    for block, caption, section_intro in in_context(text):
+        flat = " ".join(block.text.split())  # a phrase may wrap
+        figures = [m for m in FIGURE.finditer(flat) if not _allowed(flat, m.start(), m.end())]
+        if not figures:
+            continue
         if any(_sourced(" ".join(context.split())) for context in (block.text, caption, section_intro)):
             continue
         shown = ", ".join(repr(m.group(0)) for m in figures)

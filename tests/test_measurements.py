@@ -74,22 +74,11 @@ def figures(text: str) -> list[str]:
 def disagreements(text: str, page: str = "page", strict: bool = False) -> list[str]:
     """Figures of ``text`` (a markdown page) that are not among the numbers of the records their unit names; with
     ``strict``, also the figures whose unit names no record."""
-    found = docs_check.blocks(text)
     problems: list[str] = []
-    intro = ""
-    for i, block in enumerate(found):
-        if block.kind == "heading":
-            following = next((b for b in found[i + 1 :] if b.kind != "heading"), None)
-            intro = following.text if following is not None and following.kind == "text" else ""
-            continue
+    for block, caption, intro in docs_check.in_context(text):
         quoted = figures(block.text)
         if not quoted:
             continue
-        j = i
-        while block.kind == "row" and j > 0 and found[j - 1].kind == "row":
-            j -= 1
-        previous = found[j - 1] if j > 0 else None
-        caption = previous.text if previous and previous.kind == "text" and previous.text.endswith(":") else ""
         names = {n for context in (block.text, caption, intro) for n in NAMED.findall(" ".join(context.split()))}
         problems += _check(quoted, names, f"{page}:{block.line}", strict)
     return problems
