@@ -45,6 +45,11 @@ class VerlFacts:
         """``<key>=<value>`` setting ``role`` on this verl (the key's '+' prefix kept where verl's yaml lacks it)."""
         return f"{self.sft_keys[role]}={value}"
 
+    def reward_override(self, setting: str, value: object) -> str:
+        """``<reward key>.<setting>=<value>``: a setting of the custom reward function (``path``, ``name``,
+        ``reward_kwargs.<k>``) where this verl reads it, so code that sets one never names a stack's key."""
+        return f"{self.reward_key}.{setting}={value}"
+
 
 #: The kit's names for the SFT settings whose key verl renamed between the stacks. The first six are the recipes'
 #: stack-neutral ``sft:`` node (recipes/config/retool_*_sft.yaml), which recipes/config/verl_sft/<stack>.yaml places
@@ -125,6 +130,13 @@ _VERL_FACTS = {
 }
 
 
+#: The hidden size of the smoke's tiny random Qwen3 (head_dim = hidden / 4) per stack: vLLM 0.23's CPU attention takes
+#: head sizes 32, 64, 80, ... only (vllm/v1/attention/backends/cpu_attn.py:62-63, CPU_ATTN.get_supported_head_sizes),
+#: so 0.9.1's smoke model is 128 wide (head_dim 32); vLLM 0.11's CPU path runs the 64-wide model (head_dim 16) that
+#: the reference's measurements were taken on (docs/measurements/fast_pipeline.yaml).
+_TINY_HIDDEN_SIZE = {"0.6.1": 64, "0.9.1": 128}
+
+
 @dataclass(frozen=True)
 class Stack:
     """One stack: its name (the verl version it is built on), its pins, and where its venv and verl tree live."""
@@ -153,6 +165,11 @@ class Stack:
     @property
     def verl(self) -> VerlFacts:
         return _VERL_FACTS[self.name]
+
+    @property
+    def tiny_hidden_size(self) -> int:
+        """The hidden size of the main job's tiny model (``--fast``) on this stack's rollout engine."""
+        return _TINY_HIDDEN_SIZE[self.name]
 
     def pin(self, key: str) -> str:
         if key not in self.pins:
@@ -226,21 +243,3 @@ def select_from_argv(argv: list[str]) -> Stack:
         if word.startswith("--stack="):
             return select(word.split("=", 1)[1])
     return select(None)
-
-
-#: Stacks whose main job (scripts/smoke.sh) cannot run end to end yet, with the reason the smoke gives.
-_SMOKE_BLOCKED: dict[str, str] = {
-    "0.9.1": "the main job does not run on stack 0.9.1 yet: its SFT and RL recipes train on CPU through the launcher "
-    "(tests/stack091/test_cpu_runtime_091.py), but the main job's hand-off from an SFT checkpoint of verl 0.9.1's "
-    "engine trainer to RL (scripts/sft_to_rl.sh) is not ported; run the recipes with --stack 0.9.1 --hw cpu, or the "
-    "main job on the reference stack (docs/stacks.md)",
-}
-
-
-def select_for_smoke(name: str | None) -> Stack:
-    """The main job's ``--stack``: :func:`select`, and refused here, before any work, where the stack's stages cannot
-    run on this machine yet (:data:`_SMOKE_BLOCKED` says why)."""
-    stack = select(name)
-    if stack.name in _SMOKE_BLOCKED:
-        raise UsageError(_SMOKE_BLOCKED[stack.name])
-    return stack

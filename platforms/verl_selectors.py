@@ -55,9 +55,19 @@ def verl_env(stack_name: str) -> dict[str, str]:
 TRANSFER_QUEUE_UNITS_KEY = "transfer_queue.backend.SimpleStorage.num_data_storage_units"
 
 
+#: One trainer rank (and so one vLLM replica) for RL on CPU, where the recipes' cpu scaling has two: a vLLM 0.23 CPU
+#: replica holds ~5 GB (server, engine core, worker) beside its ~2 GB trainer rank, and two of each were killed by
+#: Ray's memory monitor in step 2 on a 24 GB machine while one of each trained (tests/stack091/
+#: test_cpu_runtime_091.py's docstring has the runs; tests/stack091/test_main_job_091.py runs RL so). A user with the
+#: memory sets ``trainer.n_gpus_per_node=2`` back.
+CPU_RL_RANKS_KEY = "trainer.n_gpus_per_node"
+
+
 def rl_overrides(stack_name: str) -> list[str]:
     """The RL overrides a CPU run of this stack needs beyond the reference's: none on 0.6.1."""
-    return [f"{TRANSFER_QUEUE_UNITS_KEY}=1"] if has_platform_registry(stack_name) else []
+    if not has_platform_registry(stack_name):
+        return []
+    return [f"{TRANSFER_QUEUE_UNITS_KEY}=1", f"{CPU_RL_RANKS_KEY}=1"]
 
 
 def external_modules(stack_name: str) -> list[str]:

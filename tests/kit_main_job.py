@@ -134,3 +134,13 @@ def check_run_logs(out: Path) -> None:
         text = run_log.read_text()
         assert "===== " in text and "run_recipe: run " in text, text[:3000]
         assert re.search(r"(?<![\w/])step:1(\s+-|\s*$)", text, re.M), text[-3000:]  # the trainer's own lines
+
+
+def check_pipeline(run: dict, stages: list[str], sft_steps: int, rl_steps: int, eval_sources: set[str]) -> None:
+    """Every pipeline check above on one run, in order (the current stack's runs: tests/stack091/test_main_job_091.py;
+    the reference's keep one test per check, for their diagnoses)."""
+    check_every_stage_ok(run, stages, sft_steps)
+    check_sft_learned_the_tool_call_format(run)
+    check_rl_executed_tool_calls_in_the_sandbox(run, rl_steps)
+    check_sandbox_stopped(run)
+    check_artifacts(run, eval_sources)

@@ -206,11 +206,15 @@ def give_ordinary_modes(folder: Path) -> None:
 
 
 def rl_instructions(handoff: Handoff) -> str:
+    from platforms import stacks
+
     model = shlex.quote(str(handoff.target))
     default = inputs.default_model_path(handoff.rl, handoff.hw, os.environ)
+    stack = stacks.active()  # the merging interpreter's verl: the stack whose RL reads this model
+    stack_option = "" if stack.is_default else f" --stack {stack.name}"
     lines = [
         f"model for RL: {handoff.target}",
-        f"  run:      MODEL_PATH={model} bash {handoff.rl.script} --hw {handoff.hw}",
+        f"  run:      MODEL_PATH={model} bash {handoff.rl.script}{stack_option} --hw {handoff.hw}",
         f"  override: {inputs.model_key(handoff.rl)}={model}",
     ]
     if Path(default) == handoff.target:

@@ -59,6 +59,20 @@ def drop_tied_head(state_dict: dict[str, Any], model_config: Any) -> None:
         print(f"kit merger: {LM_HEAD} differs from the input embedding although the config ties them: kept")
 
 
+def forget_trainer_attention(model_config: Any) -> None:
+    """Drop the attention the trainer computed with when it is one the kit registers only inside its trainers
+    (the CPU platform's packed sdpa, :data:`platforms.cpu.PACKED_ATTENTION`): verl 0.9.1's engine saves it in the
+    checkpoint's ``huggingface/config.json`` (``"attn_implementation": "kit_packed_sdpa"``), and transformers then
+    refuses to build the model in the merger, in retool-eval or anywhere else ("is not supported"). The merged model
+    gets the library's default, as a model fresh from the hub has; verl 0.6.1's trainer saved no such key."""
+    from platforms.cpu import PACKED_ATTENTION
+
+    if getattr(model_config, "_attn_implementation", None) != PACKED_ATTENTION:
+        return
+    model_config._attn_implementation = None
+    vars(model_config).pop("attn_implementation", None)
+
+
 def record_dtype(target: Path, dtype: Any) -> None:
     """The saved config names the dtype of the weights beside it (verl's save wrote bfloat16 whatever they were)."""
     if dtype is None:
@@ -77,6 +91,10 @@ def kit_merger_class() -> type:
     from verl.model_merger.fsdp_model_merger import FSDPModelMerger
 
     class KitMerger(FSDPModelMerger):
+        def __init__(self, config: Any) -> None:
+            super().__init__(config)
+            forget_trainer_attention(self.model_config)
+
         def _load_and_merge_state_dicts(self, *args: Any) -> dict[str, Any]:
             with casts_kept():
                 return super()._load_and_merge_state_dicts(*args)

@@ -94,6 +94,16 @@ def _tool_stats(response: str) -> dict[str, int]:
     }
 
 
+def tool_rounds(record: dict[str, Any]) -> int:
+    """A dumped record's tool rounds: the reward's ``tool_rounds`` where the trainer dumped it, else the
+    ``<tool_response>`` blocks of its response (verl 0.9.1's V1 trainer dumps a training rollout with its uid only,
+    no reward extras: verl/trainer/ppo/v1/trainer_base.py:1331)."""
+    rounds = record.get("tool_rounds")
+    if rounds is not None:
+        return int(rounds)
+    return _tool_stats(str(_first(record, OUTPUT_KEYS) or ""))["tool_responses"]
+
+
 def _check_answer(response: str, ground_truth: str) -> tuple[bool, str]:
     """The kit's answer check (what the reward does), without math-verify's subprocess (timeout 0)."""
     from recipes.retool.answer import canonical, extract_answer
@@ -128,7 +138,6 @@ def to_sample(record: dict[str, Any], tool_name: str | None = "code_interpreter"
         correct_strict = strict_verdict(response, truth_text).correct
     calls, calls_ok = parse_tool_calls(response, tool_name)
     stats = _tool_stats(response)
-    rounds = record.get("tool_rounds")
     step = record.get("step")
     return Sample(
         prompt=str(prompt or ""),
@@ -141,7 +150,7 @@ def to_sample(record: dict[str, Any], tool_name: str | None = "code_interpreter"
         step=int(step) if step is not None else None,
         tool_calls=calls,
         tool_calls_ok=calls_ok,
-        tool_rounds=int(rounds) if rounds is not None else stats["tool_responses"],
+        tool_rounds=tool_rounds(record),
         code_errors=stats["code_errors"],
         timeouts=stats["timeouts"],
         sandbox_failures=stats["sandbox_failures"],

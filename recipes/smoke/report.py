@@ -52,6 +52,7 @@ class RunFacts:
     python: str
     out: str
     from_sft: str | None = None  # --from-sft: the earlier run whose data and SFT model this one copied
+    stack: str = ""  # --stack: the stack the run served (platforms/stacks.py), e.g. 0.9.1
     machine: dict[str, Any] = field(default_factory=dict)  # the CPU: model, cores, flags (platforms/cpu_info.py)
 
 
@@ -80,6 +81,7 @@ def summary(
         "python": facts.python,
         "out": facts.out,
         "from_sft": facts.from_sft,
+        "stack": facts.stack,
         "machine": facts.machine,
         "seconds": total + (env.seconds if env else 0.0),
         "stages": rows,

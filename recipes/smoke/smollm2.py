@@ -279,6 +279,11 @@ def _convert(gguf: Path, target: Path) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def _renders(conversation: list[dict[str, Any]], tokenizer: Any) -> str:
+    """The chat template's text for ``conversation`` (no generation prompt)."""
+    return tokenizer.apply_chat_template(conversation, tokenize=False)
+
+
 def _check_built(folder: Path) -> None:
     """The folder's tokenizer is what verl's ToolAgentLoop needs, else the build failed (and nothing is cached):
     turns end with ``<|im_end|>``, no BOS is prepended, the system-prompt probe renders nothing, tool turns render."""
@@ -296,7 +301,8 @@ def _check_built(folder: Path) -> None:
     wrong = [
         "eos is not <|im_end|>" if tokenizer.eos_token != EOS_TOKEN else "",
         "a BOS is prepended" if tokenizer.encode("7")[:1] == [tokenizer.bos_token_id] else "",
-        "verl's probe apply_chat_template([{}]) renders text" if tokenizer.apply_chat_template([{}]) else "",
+        # as text: transformers 5 returns a BatchEncoding (a dict, truthy even when empty) for tokenize=True
+        "verl's probe apply_chat_template([{}]) renders text" if _renders([{}], tokenizer) else "",
         "no <tool_call>/<tool_response> turn" if "<tool_call>" not in text or "<tool_response>" not in text else "",
     ]
     if any(wrong):

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from recipes.launch.process_group import kill_group
-from recipes.smoke.progress import FirstStepClock, Progress, read_tail
+from recipes.smoke.progress import Progress, StepClock, read_tail
 
 KIT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,10 +144,10 @@ def run_logged(
     label: str,
     heartbeat_s: float = 20.0,
     progress: Progress | None = None,
-) -> float | None:
+) -> StepClock | None:
     """Run ``cmd`` with output to ``log``, printing a progress line every ``heartbeat_s``: for a trainer
     (``progress``) ``step k/N``, seconds per step and an ETA, otherwise the elapsed time. Returns, for a trainer,
-    the seconds from the start to its first finished step (:class:`FirstStepClock`; None without one).
+    when each of its steps showed (:class:`StepClock`: the first step's start-up, the gaps); None without one.
 
     The command's process group is killed on timeout or interrupt, so a hung trainer never outlives the stage.
     """
@@ -157,7 +157,7 @@ def run_logged(
         out.write("$ " + " ".join(cmd) + "\n")
         out.flush()
         proc = popen_tied(cmd, stdout=out, env=env)
-        clock = FirstStepClock(log, progress) if progress is not None else None
+        clock = StepClock(log, progress) if progress is not None else None
         try:
             next_beat = start + heartbeat_s
             while proc.poll() is None:
@@ -172,14 +172,15 @@ def run_logged(
                     if progress is None:
                         say(f"  {label}: {now - start:.0f} s")
                     else:
-                        say(f"  {label}: {progress.describe(read_tail(log), now - start)}")
+                        per_step = clock.seconds_per_step() if clock is not None else None
+                        say(f"  {label}: {progress.describe(read_tail(log), now - start, per_step)}")
         finally:
             if proc.poll() is None:
                 kill_group(proc)
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise StageError(f"{label}: exit status {proc.returncode} (log: {log})\n{tail}")
-    return clock.seconds if clock is not None else None
+    return clock
 
 
 def exit_on_signals() -> None:

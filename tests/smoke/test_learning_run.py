@@ -74,6 +74,7 @@ def test_the_curve_is_judged_on_64_held_out_samples(learned: dict) -> None:
 def test_every_stage_ok_and_table_printed(learned: dict) -> None:
     check_every_stage_ok(learned, [*PIPELINE_STAGES, "learn"], LEARN.sft_steps)
     assert (learned["summary"]["fast"], learned["summary"]["task"]) == (False, "learn")
+    assert learned["summary"]["stack"] == "0.6.1"  # the reference stack, by default
 
 
 def test_sft_learned_the_tool_call_format(learned: dict) -> None:

@@ -6,9 +6,10 @@ from pathlib import Path
 
 from recipes.smoke.progress import (
     RL_STEP_TIME,
+    SFT_STEP_MARK,
     SFT_STEP_TIME,
-    FirstStepClock,
     Progress,
+    StepClock,
     median_step_seconds,
     read_tail,
     step_metrics,
@@ -61,7 +62,7 @@ def test_read_tail(tmp_path: Path) -> None:
 
 def test_first_step_clock_stops_at_the_first_training_step(tmp_path: Path) -> None:
     log = tmp_path / "rl.log"
-    clock = FirstStepClock(log, Progress(2, RL_STEP_TIME))
+    clock = StepClock(log, Progress(2, RL_STEP_TIME))
     clock.poll(1.0)  # no log yet
     log.write_text("starting\n" + RL_LOG.splitlines()[0] + "\n")  # validation before training is not a step
     clock.poll(2.0)
@@ -70,3 +71,35 @@ def test_first_step_clock_stops_at_the_first_training_step(tmp_path: Path) -> No
     clock.poll(3.5)
     clock.poll(9.0)
     assert clock.seconds == 3.5
+
+
+# verl 0.9.1's engine SFT trainer logs no step duration, and its numpy 2 prints validation values as np.float64(x)
+SFT_LOG_091 = """\
+step:1 - perf/cpu_memory_used_gb:8.0 - train/loss:11.9 - train/lr:0.0 - train/global_tokens:1286
+step:2 - perf/cpu_memory_used_gb:8.0 - train/loss:10.1 - train/lr:0.02 - train/global_tokens:1286
+"""
+VAL_LOG_091 = "step:0 - val-core/s/acc/mean@2:np.float64(0.25) - val-aux/s/reward/mean@2:np.float64(-1.4)\n"
+
+
+def test_numpy_scalars_are_read_as_numbers() -> None:
+    assert step_metrics(VAL_LOG_091)[0] == {"val-core/s/acc/mean@2": 0.25, "val-aux/s/reward/mean@2": -1.4}
+
+
+def test_sft_steps_without_a_logged_duration_are_timed_by_the_clock(tmp_path: Path) -> None:
+    progress = Progress(total_steps=10, time_key=SFT_STEP_TIME, step_key=SFT_STEP_MARK)
+    assert progress.describe(SFT_LOG_091, elapsed_s=30) == "step 2/10 (30s elapsed)"
+    timed = progress.describe(SFT_LOG_091, elapsed_s=30, clock_per_step=2.0)
+    assert timed == "step 2/10, 2.0 s/step, ETA 16s (30s elapsed)"
+    log = tmp_path / "sft.log"
+    clock = StepClock(log, progress)
+    log.write_text("loading\n" + SFT_LOG_091.splitlines()[0][:20])  # a line half written is not read yet
+    clock.poll(10.0)
+    assert clock.seen == {} and clock.seconds_per_step() is None
+    log.write_text("loading\n" + SFT_LOG_091.splitlines()[0] + "\n")
+    clock.poll(12.0)
+    with open(log, "a") as f:
+        f.write(SFT_LOG_091.splitlines()[1] + "\nstep:4 - train/loss:9.0\n")
+    clock.poll(15.0)
+    assert clock.seen == {1: 12.0, 2: 15.0, 4: 15.0}
+    assert clock.seconds == 12.0
+    assert clock.seconds_per_step() == 1.5  # gaps 3.0 s for one step, 0 s for two: median of 3.0 and 0.0

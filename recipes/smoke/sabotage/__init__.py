@@ -9,9 +9,9 @@ test tree, and are held to the kit's gates (ruff, size, import graph).
 
 Off unless asked for: this module only names them (no import-time effect; the bench and the tests import it). What
 acts is :mod:`.hooks`, imported by verl itself in every process when ``VERL_USE_EXTERNAL_MODULES`` names it, and
-then only for the switches whose variables are set; and :mod:`.reward`, used only when a run's
-``custom_reward_function.path`` points at it. Each prints :data:`MARKER` when it first takes effect in a process,
-so a run's log shows that its sabotage really ran (and a shipped run's log, that none did).
+then only for the switches whose variables are set; and :mod:`.reward`, used only when a run's reward ``path`` (at
+the stack's reward key) points at it. Each prints :data:`MARKER` when it first takes effect in a process, so a
+run's log shows that its sabotage really ran (and a shipped run's log, that none did).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ SYNC_SWITCH, SYNC_FIRST_ONLY = "KIT_TEST_WEIGHT_SYNC", "first-only"
 #: ``tool-tokens``: ToolAgentLoop marks the tool's response tokens as the model's own in the loss mask.
 MASK_SWITCH, MASK_TOOL_TOKENS = "KIT_TEST_LOSS_MASK", "tool-tokens"
 SWITCHES = (SYNC_SWITCH, MASK_SWITCH)
-#: The kit's reward with the sign of its training score flipped (``custom_reward_function.path``).
+#: The kit's reward with the sign of its training score flipped (the reward's ``path``).
 REWARD_FILE = Path(__file__).resolve().with_name("reward.py")
 #: What every sabotage prints (once per process) when it first takes effect.
 MARKER = "[kit_sabotage]"
@@ -43,8 +43,16 @@ class Sabotage:
     name: str
     broken: str  # what the run breaks, in words (the bench's table)
     env: Mapping[str, str] = field(default_factory=dict)  # besides the hooks module in VERL_USE_EXTERNAL_MODULES
-    rl_overrides: tuple[str, ...] = ()
+    # (setting, value) of the custom reward function, placed at the stack's reward key (VerlFacts.reward_override)
+    reward_settings: tuple[tuple[str, str], ...] = ()
     evidence: str = ""
+
+    @property
+    def rl_overrides(self) -> list[str]:
+        """The RL overrides that switch it on, spelt for the active stack's verl."""
+        from platforms import stacks
+
+        return [stacks.active().verl.reward_override(k, v) for k, v in self.reward_settings]
 
     @property
     def marker(self) -> str:
@@ -70,7 +78,7 @@ WEIGHT_SYNC = Sabotage(
 REWARD_SIGN = Sabotage(
     "reward-sign",
     "reward sign flipped (the training score is negated; acc is left true)",
-    rl_overrides=(f"custom_reward_function.path={REWARD_FILE}", "custom_reward_function.name=compute_score"),
+    reward_settings=(("path", str(REWARD_FILE)), ("name", "compute_score")),
     evidence="reward sign flipped",
 )
 LOSS_MASK = Sabotage(

@@ -2,7 +2,8 @@
 for the learning check's sensitivity bench (:mod:`recipes.smoke.sabotage`). ``acc`` and the other fields are left
 true, so validation still measures real accuracy.
 
-    custom_reward_function.path=<this file> custom_reward_function.name=compute_score
+    custom_reward_function.path=<this file> custom_reward_function.name=compute_score   (stack 0.6.1)
+    reward.custom_reward_function.path=<this file> ...name=compute_score             (stack 0.9.1)
 
 verl loads this file by path (as ``custom_module``), so it holds nothing but the reward.
 """
