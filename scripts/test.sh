@@ -35,10 +35,13 @@ Examples:
   bash scripts/test.sh                      # everything, as CI runs it (two phases, below)
   bash scripts/test.sh tests/test_pins.py   # one file
   bash scripts/test.sh -m 'not slow'        # skip the end-to-end trainer runs
-  bash scripts/test.sh -m learn             # only the learning check (the main job: 10.1 min in CI,
+  bash scripts/test.sh -m learn             # only the learning check (the main job: 10.5 min in CI,
                                             # docs/measurements/ci.yaml)
   bash scripts/test.sh -m fast_smoke        # the --fast pipeline check, left out of the default run
   bash scripts/test.sh -m unpatched_e2e     # the end-to-end resume runs on verl less patch 0024/0025, left out too
+  bash scripts/test.sh --stack 0.9.1 tests/stack091 -m learn_091
+                                            # the learning check on stack 0.9.1 (14.8 min,
+                                            # docs/measurements/learn_091.yaml), left out too
 
 Without arguments it runs in two phases: the quick tests on KIT_TEST_WORKERS pytest-xdist workers (default 2,
 1 on a one-core machine: plain pytest), then the end-to-end runs and the timing-bound tests ('slow or serial',

@@ -16,7 +16,7 @@ with ``-m fast_smoke``. Issue 41 made it the default run's only end-to-end proof
 the weight sync (each seen failing this run when broken; the runs that proved them on the tiny model are opt-in:
 ``-m covered_e2e``).
 
-10.2 minutes inside the suite on 2 cores, the model built from the pinned wheel included (a fresh clone's ``.ci/run``,
+10.5 minutes inside the suite on 2 cores, the model built from the pinned wheel included (a fresh clone's ``.ci/run``,
 docs/testing.md). Marked ``slow`` and ``learn``: ``bash scripts/test.sh -m learn`` runs only it.
 """
 
