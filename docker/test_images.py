@@ -31,8 +31,11 @@ from pathlib import Path
 KIT_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(KIT_ROOT))
 
+from platforms import stacks  # noqa: E402
+from platforms.cli import add_stack_option  # noqa: E402
 from platforms.images import device_nodes  # noqa: E402
 from platforms.profiles import PROFILES  # noqa: E402
+from platforms.stacks import Stack  # noqa: E402
 
 #: Stand-in builders by pinned base repository (pins.env key of the repo -> script under docker/standin/).
 STANDINS = {
@@ -138,53 +141,49 @@ def image_present(tag: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
 
 
-def ensure_base(profile_name: str, out: Path, made: list[str], env: dict[str, str]) -> str:
-    """The profile's pinned base, made as a stand-in when it is not here; its description for the table."""
+def ensure_base(profile_name: str, out: Path, made: list[str], env: dict[str, str], stack: Stack) -> str:
+    """The profile's pinned base on ``stack``, made as a stand-in when it is not here; its description for the table."""
     image = PROFILES[profile_name].image
     assert image is not None
-    if image_present(image.base):
+    base = image.base(stack)
+    if image_present(base):
         labels = json.loads(
             subprocess.run(
-                ["docker", "image", "inspect", "-f", "{{json .Config.Labels}}", image.base],
+                ["docker", "image", "inspect", "-f", "{{json .Config.Labels}}", base],
                 capture_output=True,
                 text=True,
                 check=True,
             ).stdout
             or "null"
         )
-        return f"{image.base} ({'stand-in' if labels and 'retool-kit.stand-in' in labels else 'real'})"
+        return f"{base} ({'stand-in' if labels and 'retool-kit.stand-in' in labels else 'real'})"
     builder = STANDINS.get(image.base_repo_key)
     if builder is None:
-        raise SystemExit(f"test_images: {image.base} is not here and the kit has no stand-in for it yet")
-    say(f"{image.base} cannot be pulled here: building its stand-in ({builder})")
+        raise SystemExit(f"test_images: {base} is not here and the kit has no stand-in for it yet")
+    say(f"{base} cannot be pulled here: building its stand-in ({builder})")
     t0 = time.monotonic()
-    rc, _ = run(["bash", str(KIT_ROOT / builder), image.base], out / "standin.log", timeout=3600, env=env)
+    rc, _ = run(["bash", str(KIT_ROOT / builder), base], out / "standin.log", timeout=3600, env=env)
     if rc != 0:
-        raise SystemExit(f"test_images: the stand-in for {image.base} failed (see {out / 'standin.log'})")
-    made.append(image.base)
-    say(f"stand-in {image.base} built in {time.monotonic() - t0:.0f} s")
-    return f"{image.base} (stand-in)"
+        raise SystemExit(f"test_images: the stand-in for {base} failed (see {out / 'standin.log'})")
+    made.append(base)
+    say(f"stand-in {base} built in {time.monotonic() - t0:.0f} s")
+    return f"{base} (stand-in)"
 
 
-def build(profile_name: str, row: Row, out: Path, env: dict[str, str], made: list[str]) -> bool:
+def build(profile_name: str, row: Row, out: Path, env: dict[str, str], made: list[str], stack: Stack) -> bool:
     image = PROFILES[profile_name].image
     assert image is not None
-    say(f"building {image.kit_tag} (docker/build.sh --hw {profile_name}); log {out / f'build-{profile_name}.log'}")
+    tag, log = image.kit_tag(stack), out / f"build-{profile_name}.log"
+    say(f"building {tag} (docker/build.sh --hw {profile_name}{stack.cli_option}); log {log}")
     t0 = time.monotonic()
-    rc, _ = run(
-        ["bash", str(KIT_ROOT / "docker/build.sh"), "--hw", profile_name, "--", "--network", "host"],
-        out / f"build-{profile_name}.log",
-        timeout=5400,
-        env=env,
-    )
+    build_sh = ["bash", str(KIT_ROOT / "docker/build.sh"), "--hw", profile_name, "--stack", stack.name]
+    rc, _ = run([*build_sh, "--", "--network", "host"], log, timeout=5400, env=env)
     row.build_s = time.monotonic() - t0
     if rc != 0:
         row.checks["build"] = "FAILED"
         return False
-    made.append(image.kit_tag)
-    size = subprocess.run(
-        ["docker", "image", "inspect", "-f", "{{.Size}}", image.kit_tag], capture_output=True, text=True
-    )
+    made.append(tag)
+    size = subprocess.run(["docker", "image", "inspect", "-f", "{{.Size}}", tag], capture_output=True, text=True)
     row.size_gb = int(size.stdout.strip() or 0) / 1e9
     row.checks["build"] = "ok"
     return True
@@ -305,11 +304,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "mid-run, restarted, the run resumed (docker/two_node.py, ~15 min; implies --hw cpu)",
     )
     parser.add_argument("--out", type=Path, help="logs and outputs (default: a new folder under /var/tmp)")
+    add_stack_option(parser)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    stack = stacks.export(stacks.resolve(args.stack))  # the images' stack; the checks inside run on it too
     out = args.out or Path(tempfile.mkdtemp(prefix="kit-images-", dir="/var/tmp"))
     out.mkdir(parents=True, exist_ok=True)
     say(f"logs under {out}")
@@ -320,9 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         wanted = args.hw or ["cpu"]
         for name in wanted + (["cpu"] if args.two_node and "cpu" not in wanted else []):
-            row = Row(PROFILES[name].image.kit_tag, ensure_base(name, out, made, env))
+            row = Row(PROFILES[name].image.kit_tag(stack), ensure_base(name, out, made, env, stack))
             rows.append(row)
-            if not build(name, row, out, env, made):
+            if not build(name, row, out, env, made, stack):
                 continue
             roots = Path(tempfile.mkdtemp(prefix=f"roots-{name}-", dir=out))
             check_doctor(name, row, roots, out)

@@ -20,13 +20,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from platforms import stacks
 from platforms.env import EnvTable, EnvVar, check_phase, select
 
+if TYPE_CHECKING:
+    from platforms.stacks import Stack
+
 # Hydra override keys, spelled once. The SFT keys differ between verl's SFT trainers (0.6.1's fsdp_sft_trainer, 0.9.1's
-# engine-based sft_trainer): they are a stack fact, platforms/stacks.py SFT_KEYS, read through stacks.active().verl.
+# engine-based sft_trainer): they are a stack fact (platforms/verl_facts.py), read from the stack each method is handed.
 # RL keys belong to ppo_trainer.yaml.
 RL_DEVICE_KEY = "trainer.device"
 RL_STRATEGY_KEYS = ("actor_rollout_ref.actor.strategy", "actor_rollout_ref.ref.strategy", "critic.strategy")
@@ -74,7 +76,7 @@ HYDRA_FULL_ERROR = EnvVar(
 )
 
 
-def dtype_overrides(phase: str, dtype: str) -> list[str]:
+def dtype_overrides(phase: str, dtype: str, stack: Stack) -> list[str]:
     """Hydra overrides that make every role of ``phase`` compute in ``dtype`` ("fp32", "bf16"), spelled out.
 
     Parameters stay fp32 (``model_dtype``, verl's default for the trainers); what changes is FSDP's param/reduce/
@@ -86,7 +88,7 @@ def dtype_overrides(phase: str, dtype: str) -> list[str]:
         raise ValueError(f"dtype must be one of {', '.join(TORCH_DTYPE_NAMES)}, got {dtype!r}")
     fields = {name: dtype if name == "param_dtype" else "fp32" for name in MIXED_PRECISION_FIELDS}
     if phase == "sft":
-        key = stacks.active().verl.sft_keys["mixed_precision"]  # as an override spells it ('++' where verl lacks it)
+        key = stack.verl.sft_keys["mixed_precision"]  # as an override spells it ('++' where verl lacks it)
         return [f"{key}.{name}={value}" for name, value in fields.items()]
     overrides = []
     for role in RL_FSDP_ROLES:
@@ -122,16 +124,14 @@ def installed_version(dist: str) -> str | None:
         return None
 
 
-def plugin_engine(plugin: str, pin_key: str) -> RolloutEngine:
+def plugin_engine(plugin: str, pin_key: str, stack: Stack) -> RolloutEngine:
     """vLLM through a platform's plugin, at the plugin's installed version, else at the kit's pin (the platform's
     image brings it): issue 44, a dry run for an NPU on a CPU host reported this host's vLLM CPU build instead."""
     installed = installed_version(plugin)
     if installed:
         return RolloutEngine("vllm", installed, f"verl's vLLM async server with {plugin} (installed)", plugin=plugin)
-    from platforms import pins
-
     note = f"verl's vLLM async server with {plugin} (pinned {pin_key}: not installed here, the platform's image has it)"
-    return RolloutEngine("vllm", pins.get(pin_key), note, plugin=plugin)
+    return RolloutEngine("vllm", stack.pin(pin_key), note, plugin=plugin)
 
 
 @dataclass(frozen=True)
@@ -265,29 +265,30 @@ class Platform(ABC):
         says so (scripts/bench_kernels.py falls back to fp16 there)."""
         return True
 
-    def rollout_engine(self) -> RolloutEngine:
-        """The RL rollout engine: by default the recipes' (vLLM, from the platform's image), as installed here."""
+    def rollout_engine(self, stack: Stack) -> RolloutEngine:
+        """The RL rollout engine on ``stack``: by default the recipes' (vLLM, from the platform's image), as installed
+        here."""
         installed = installed_version("vllm")
         where = "installed" if installed else "not installed here: it comes with the platform's image"
         return RolloutEngine("vllm", installed, f"verl's vLLM async server ({where})")
 
     # -- what verl needs
 
-    def verl_overrides(self, phase: str) -> list[str]:
-        """Hydra overrides verl needs on this platform, for ``phase`` ("sft" or "rl").
+    def verl_overrides(self, phase: str, stack: Stack) -> list[str]:
+        """Hydra overrides ``stack``'s verl needs on this platform, for ``phase`` ("sft" or "rl").
 
         verl 0.6.1 does not detect the device itself (trainer.device defaults to cuda and Ray resources follow it),
         so trainer.device is always emitted; the rest only where the platform departs from verl's defaults.
         """
         check_phase(phase)
         if phase == "sft":
-            verl = stacks.active().verl  # the SFT trainer's key names are the stack's (platforms/stacks.py SFT_KEYS)
+            verl = stack.verl  # the SFT trainer's key names are the stack's (platforms/verl_facts.py)
             overrides = [verl.sft_override("device", self.verl_device)]
             if self.fsdp_strategy:
                 overrides.append(verl.sft_override("strategy", self.fsdp_strategy))
             if self.attn_implementation != VERL_DEFAULT_ATTN:
                 overrides.append(verl.sft_override("attn_implementation", self.attn_implementation))
-            return overrides + self.dtype_overrides(phase)
+            return overrides + self.dtype_overrides(phase, stack)
         overrides = [f"{RL_DEVICE_KEY}={self.verl_device}"]
         if self.fsdp_strategy:
             overrides.extend(f"{key}={self.fsdp_strategy}" for key in RL_STRATEGY_KEYS)
@@ -298,9 +299,9 @@ class Platform(ABC):
             overrides.append(f"{RL_RAY_NUM_CPUS_KEY}={self.ray_num_cpus}")
         if self.ray_include_dashboard is not None:
             overrides.append(f"{RL_RAY_DASHBOARD_KEY}={self.ray_include_dashboard}")
-        return overrides + self.rollout_overrides() + self.dtype_overrides(phase)
+        return overrides + self.rollout_overrides(stack) + self.dtype_overrides(phase, stack)
 
-    def rollout_overrides(self) -> list[str]:
+    def rollout_overrides(self, stack: Stack) -> list[str]:
         """What verl's vLLM rollout needs on this platform: sleep mode off where vLLM refuses it, eager where graphs
         cannot run, prefix caching off where it breaks. Subclasses that choose the engine themselves add
         ``rollout.name``."""
@@ -311,16 +312,16 @@ class Platform(ABC):
             overrides.append(f"{RL_PREFIX_CACHING_KEY}={self.vllm_prefix_caching}")
         return overrides
 
-    def dtype_overrides(self, phase: str) -> list[str]:
+    def dtype_overrides(self, phase: str, stack: Stack) -> list[str]:
         """The overrides that make every role compute in :attr:`compute_dtype`; none at verl's default (bf16)."""
         check_phase(phase)
-        return [] if self.compute_dtype == VERL_DEFAULT_DTYPE else dtype_overrides(phase, self.compute_dtype)
+        return [] if self.compute_dtype == VERL_DEFAULT_DTYPE else dtype_overrides(phase, self.compute_dtype, stack)
 
     # -- the process environment
 
-    def env(self, phase: str, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
-        """The recommended environment for ``phase``, in table order. ``environ`` is the environment it will be
-        applied to (default ``os.environ``), for entries that depend on it (the CPU allocator)."""
+    def env(self, phase: str, stack: Stack, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
+        """The recommended environment for ``phase`` on ``stack``, in table order. ``environ`` is the environment it
+        will be applied to (default ``os.environ``), for entries that depend on it (the CPU allocator)."""
         return select(self.env_table, phase)
 
     def env_problems(self, env: Mapping[str, str], phase: str) -> list[str]:
@@ -350,7 +351,7 @@ class Platform(ABC):
 
     # -- reports
 
-    def properties(self, dev_root: str | os.PathLike[str] = "/dev") -> dict[str, Any]:
+    def properties(self, stack: Stack, dev_root: str | os.PathLike[str] = "/dev") -> dict[str, Any]:
         """Static values plus live probes, for the CLI and for logs that must say what a run actually used."""
         return {
             "platform": self.name,
@@ -362,7 +363,7 @@ class Platform(ABC):
             "attn_implementation": self.attn_implementation,
             "use_torch_compile": self.use_torch_compile,
             "compute_dtype": self.compute_dtype,
-            "rollout_engine": self.rollout_engine().label(),
+            "rollout_engine": self.rollout_engine(stack).label(),
             "available": self.is_available(),
             "device_count": self.device_count(dev_root),
         }

@@ -10,6 +10,7 @@ Shell scripts ask here instead of keeping a table of their own: the environment 
     python -m platforms facts --hw PROFILE [--json]
     python -m platforms constraints --hw PROFILE   (a profile with an image)
     python -m platforms default-hardware
+    python -m platforms stack [--stack NAME]      (shell assignments of the resolved stack)
 
 ``--profile`` is the same option as ``--hw`` (the hardware profile); ``--hw`` is kept because users type it. The
 profile names, here and in every CLI's choices and help, come from :data:`~platforms.profiles.PROFILES`.
@@ -20,12 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from platforms import pins
+from platforms import stacks
 from platforms.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, entry_point, fail
 from platforms.env import PHASES, render_shell
 from platforms.npu import import_torch_npu
@@ -49,15 +51,13 @@ def add_profile_option(parser: argparse.ArgumentParser, help_text: str, **kwargs
     parser.add_argument("--profile", "--hw", dest="profile", choices=PROFILE_NAMES, help=help_text, **kwargs)
 
 
-def add_stack_option(parser: argparse.ArgumentParser) -> None:
-    """``--stack``: the one spelling of the stack option across the kit's CLIs (platforms.stacks); its value is
-    checked against pins.env's KIT_STACKS when :func:`platforms.stacks.select` applies it."""
-    from platforms import stacks
-
+def add_stack_option(parser: argparse.ArgumentParser, **kwargs: Any) -> None:
+    """``--stack``: the one spelling of the stack option across the kit's CLIs; the entry point resolves it once
+    (:func:`platforms.stacks.resolve`: the flag, KIT_STACK, this interpreter's verl, the default), which checks it."""
     parser.add_argument(
         "--stack",
         metavar="|".join(stacks.names()),
-        default=None,
+        **({"default": None} | kwargs),
         help=f"which stack: {stacks.default_name()} (the reference, the default) or "
         + ", ".join(n for n in stacks.names() if n != stacks.default_name())
         + f" (the current); default: {stacks.ENV_VAR}, else the stack of the verl installed here",
@@ -84,9 +84,9 @@ def _profile(args: argparse.Namespace) -> HardwareProfile:
     return PROFILES[args.profile or default_hardware()]
 
 
-def _cmd_detect(args: argparse.Namespace) -> int:
+def _cmd_detect(args: argparse.Namespace, stack: stacks.Stack) -> int:
     platform = current_platform()
-    props = platform.properties(args.dev_root)
+    props = platform.properties(stack, args.dev_root)
     props["source"] = PLATFORM_OVERRIDE_ENV if os.environ.get(PLATFORM_OVERRIDE_ENV, "").strip() else "auto"
     props["hardware"] = profile_of(platform, args.dev_root)
     props["torch_npu"] = import_torch_npu()[1]
@@ -98,21 +98,21 @@ def _cmd_detect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _cmd_env(args: argparse.Namespace) -> int:
+def _cmd_env(args: argparse.Namespace, stack: stacks.Stack) -> int:
     profile = _profile(args)
     header = f"retool-npu-kit environment: phase={args.phase} hw={profile.name} (python -m platforms env)"
-    sys.stdout.write(render_shell(profile.env(args.phase), header=header))
+    sys.stdout.write(render_shell(profile.env(args.phase, stack), header=header))
     return EXIT_OK
 
 
-def _cmd_overrides(args: argparse.Namespace) -> int:
+def _cmd_overrides(args: argparse.Namespace, stack: stacks.Stack) -> int:
     platform = PROFILES[args.profile].platform if args.profile else current_platform()
-    for override in platform.verl_overrides(args.phase):
+    for override in platform.verl_overrides(args.phase, stack):
         print(override)
     return EXIT_OK
 
 
-def _cmd_setup_scripts(args: argparse.Namespace) -> int:
+def _cmd_setup_scripts(args: argparse.Namespace, stack: stacks.Stack) -> int:
     """The setup scripts present here, one path per line, for ``source``; with ``--required`` a missing one fails.
 
     Without ``--hw`` every platform's scripts are listed (only NPU has any): they must be sourced *before* the
@@ -134,8 +134,8 @@ def _cmd_setup_scripts(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def facts(profile: HardwareProfile) -> dict[str, Any]:
-    """What shell scripts and images need to know about a profile, flat."""
+def facts(profile: HardwareProfile, stack: stacks.Stack) -> dict[str, Any]:
+    """What shell scripts and images need to know about a profile on ``stack``, flat."""
     platform = profile.platform
     out: dict[str, Any] = {
         "profile": profile.name,
@@ -150,14 +150,14 @@ def facts(profile: HardwareProfile) -> dict[str, Any]:
     if profile.image is not None:
         out |= {
             "dockerfile": profile.image.dockerfile,
-            "base_image": profile.image.base,
-            "image": profile.image.kit_tag,
+            "base_image": profile.image.base(stack),
+            "image": profile.image.kit_tag(stack),
         }
     return out
 
 
-def _cmd_facts(args: argparse.Namespace) -> int:
-    found = facts(_profile(args))
+def _cmd_facts(args: argparse.Namespace, stack: stacks.Stack) -> int:
+    found = facts(_profile(args), stack)
     if args.json:
         print(json.dumps(found, indent=2))
     else:
@@ -166,42 +166,50 @@ def _cmd_facts(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def constraints(profile: HardwareProfile, python: str = sys.executable) -> list[str]:
-    """pip constraints of the profile's image: the platform's stack at its pins, PY_PINS, and ``<0`` for every
-    forbidden package (no version satisfies it, so anything that would pull one in fails loudly; constraints can
-    only narrow versions, ``<0`` is how they say "never"). A stack package pinned by its image (``pin_key`` None)
-    is held at the version ``python`` has installed."""
+def constraints(profile: HardwareProfile, stack: stacks.Stack, python: str = sys.executable) -> list[str]:
+    """pip constraints of the profile's image on ``stack``: the platform's packages at its pins, PY_PINS, and ``<0``
+    for every forbidden package (no version satisfies it, so anything that would pull one in fails loudly;
+    constraints can only narrow versions, ``<0`` is how they say "never"). A stack package pinned by its image
+    (``pin_key`` None) is held at the version ``python`` has installed."""
     lines = []
     for package in profile.platform.pinned_stack:
         if package.pin_key is not None:
-            lines.append(f"{package.dist}=={pins.get(package.pin_key)}")
+            lines.append(f"{package.dist}=={stack.pin(package.pin_key)}")
             continue
         code = f"import importlib.metadata as m; print(m.version({package.dist!r}))"
         version = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
         lines.append(f"{package.dist}=={version}")
-    lines += [f"{name}=={version}" for name, version in pins.python_requirements().items()]
+    lines += [f"{name}=={version}" for name, version in stack.python_requirements().items()]
     if profile.platform.forbidden_packages:
         lines.append(f"# never on {profile.platform.name}: they shadow or break its stack")
         lines += [f"{name}<0" for name in profile.platform.forbidden_packages]
     return lines
 
 
-def _cmd_constraints(args: argparse.Namespace) -> int:
+def _cmd_constraints(args: argparse.Namespace, stack: stacks.Stack) -> int:
     profile = PROFILES[args.profile]
     if profile.image is None:
         return fail(PROG, f"profile {profile.name} has no image", "give a profile of a device platform", EXIT_USAGE)
     print(f"# pip constraints of the retool-npu-kit image for --hw {profile.name}, from pins.env")
     print("# (python -m platforms constraints); unset PIP_CONSTRAINT to step outside them on purpose.")
     try:
-        lines = constraints(profile, args.python)
+        lines = constraints(profile, stack, args.python)
     except (OSError, subprocess.CalledProcessError) as exc:
         return fail(PROG, f"cannot read the image's versions with {args.python}: {exc}")
     print("\n".join(lines))
     return EXIT_OK
 
 
-def _cmd_default_hardware(args: argparse.Namespace) -> int:
+def _cmd_default_hardware(args: argparse.Namespace, stack: stacks.Stack) -> int:
     print(default_hardware(dev_root=args.dev_root))
+    return EXIT_OK
+
+
+def _cmd_stack(args: argparse.Namespace, stack: stacks.Stack) -> int:
+    """The resolved stack as shell assignments, for ``eval`` (scripts/lib/stack.sh): the shell's view of the stacks
+    is this one, so the two cannot drift."""
+    for key, value in stack.shell_view().items():
+        print(f"{key}={shlex.quote(value)}")
     return EXIT_OK
 
 
@@ -247,6 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     dflt = sub.add_parser("default-hardware", help="print the profile entry points use when given none")
     dflt.add_argument("--dev-root", default=argparse.SUPPRESS, help="where to count davinci device nodes")
+
+    sub.add_parser("stack", help="print the resolved stack's pins and folders as shell assignments (for eval)")
+    add_stack_option(parser)
+    for choice in sub.choices.values():  # --stack after the command too, as the printed commands place it
+        add_stack_option(choice, default=argparse.SUPPRESS)
     return parser
 
 
@@ -259,10 +272,12 @@ HANDLERS = {
     "facts": _cmd_facts,
     "constraints": _cmd_constraints,
     "default-hardware": _cmd_default_hardware,
+    "stack": _cmd_stack,
 }
 
 
 @entry_point(PROG)
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return HANDLERS[args.command](args)  # a bad KIT_DEVICE or KIT_HW raises profiles.UnknownHardwareError
+    stack = stacks.resolve(args.stack)  # the one place this command chooses its stack
+    return HANDLERS[args.command](args, stack)  # a bad KIT_DEVICE or KIT_HW raises profiles.UnknownHardwareError

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from platforms import stacks, verl_selectors, vllm_cpu
+from platforms import verl_selectors, vllm_cpu
 from platforms.base import (
     HYDRA_FULL_ERROR,
     RL_EXTERNAL_LIB_KEY,
@@ -24,6 +25,9 @@ from platforms.base import (
 )
 from platforms.env import BOTH, RL, EnvTable, EnvVar, select
 
+if TYPE_CHECKING:
+    from platforms.stacks import Stack
+
 #: Imported by verl's FSDP workers (``actor_rollout_ref.model.external_lib``): undoes vLLM's thread pinning there.
 VLLM_UNPIN_MODULE = "platforms.vllm_cpu_threads"
 
@@ -32,16 +36,16 @@ VLLM_PROBE_MODULE = "platforms.vllm_cpu_probe"
 #: The attention the CPU trainers compute with: sdpa per packed sequence, registered by its module on import in every
 #: verl process (``VERL_USE_EXTERNAL_MODULES``, both phases). sdpa's own block-diagonal mask over a packed row costs
 #: the square of the row: an RL update of SmolLM2 on 16 packed sequences of 150 tokens took 34.7 s with it and 23.7 s
-#: with this, the same numbers to 7e-5 in the logits (1 core; npu_kernels/packed_sdpa.py, tests/kernels/
-#: test_packed_sdpa.py, scripts/bench_learn_speed.py).
+#: with this, the same numbers to 7e-5 in the logits (1 core; platforms/cpu_attention.py, tests/test_cpu_attention.py,
+#: scripts/bench_learn_speed.py).
 PACKED_ATTENTION = "kit_packed_sdpa"
-PACKED_ATTENTION_MODULE = "npu_kernels.packed_sdpa"
+PACKED_ATTENTION_MODULE = "platforms.cpu_attention"
 EXTERNAL_MODULES_ENV = "VERL_USE_EXTERNAL_MODULES"
 
 #: Ray's CPU count is only a scheduling label: on CPU each FSDP worker's bundle, the TaskRunner and each vLLM server
 #: actor hold one CPU (agent-loop and reward-manager workers hold none), so a 2-core box must advertise more than it
 #: has or the job waits forever. The smoke layout needs 5 (2 workers + TaskRunner + 2 vLLM servers); the dry run
-#: counts a plan's demand against this (recipes/launch/ray_cpus.py).
+#: counts a plan's demand against this (recipes/launch/sizing/ray_cpus.py).
 CPU_RAY_NUM_CPUS = 8
 #: GiB of KV cache per vLLM server when the user sets none (vLLM's own default is 4 GiB per server,
 #: vllm/platforms/cpu.py:114-123; 1 GiB held the smoke's tiny model: shared/notes). Raise it for real models.
@@ -169,32 +173,32 @@ class CpuPlatform(Platform):
     def ray_start_args(self, count: int) -> list[str]:
         return [f"--num-cpus={self.ray_num_cpus}"]
 
-    def rollout_engine(self) -> RolloutEngine:
+    def rollout_engine(self, stack: Stack) -> RolloutEngine:
         """vLLM's CPU build where the venv has it (x86_64), else the kit's hf rollout (:mod:`.vllm_cpu`)."""
         return vllm_cpu.engine()
 
-    def rollout_overrides(self) -> list[str]:
+    def rollout_overrides(self, stack: Stack) -> list[str]:
         """The engine by name (the recipes name vllm; hf where vllm-cpu is missing), vLLM's CPU limits, and the
         module that keeps vLLM from pinning the trainer ranks' threads (:mod:`.vllm_cpu_threads`)."""
-        engine = self.rollout_engine().name
+        engine = self.rollout_engine(stack).name
         unpin = [f"{RL_EXTERNAL_LIB_KEY}={VLLM_UNPIN_MODULE}"] if engine == "vllm" else []
-        stack = verl_selectors.rl_overrides(stacks.active().name)  # verl 0.9.1's TransferQueue on a CPU host
-        return [f"{RL_ROLLOUT_NAME_KEY}={engine}", *super().rollout_overrides(), *unpin, *stack]
+        registry = verl_selectors.rl_overrides(stack.verl.has_platform_registry)  # verl 0.9.1's TransferQueue on CPU
+        return [f"{RL_ROLLOUT_NAME_KEY}={engine}", *super().rollout_overrides(stack), *unpin, *registry]
 
-    def env(self, phase: str, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
+    def env(self, phase: str, stack: Stack, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
         """The table, then the KV cache (RL) and this machine's allocator: the result can differ between machines."""
         environ = os.environ if environ is None else environ
         rl = [self.kv_cache_space(environ)] if phase == "rl" else []
         return (
             select(self.env_table, phase)
             + rl
-            + self.stack_env()
-            + [self.external_modules(phase, environ)]
+            + self.stack_env(stack)
+            + [self.external_modules(phase, stack, environ)]
             + self.allocator(environ)
         )
 
     @staticmethod
-    def stack_env() -> list[EnvVar]:
+    def stack_env(stack: Stack) -> list[EnvVar]:
         """The stack's own selectors: verl >= 0.9 picks its platform from a registry (platforms/verl_platform.py),
         which has no CPU platform of verl's; the reference stack needs none (its patches carry the CPU path)."""
         reason = (
@@ -202,15 +206,18 @@ class CpuPlatform(Platform):
             "and its training engine from VERL_ENGINE_DEVICE (verl/workers/engine/base.py:404-408): the kit's CPU "
             "platform, and verl's device-agnostic FSDP engine (platforms/verl_platform.py)"
         )
-        return [EnvVar(k, v, reason) for k, v in verl_selectors.verl_env(stacks.active().name).items()]
+        return [EnvVar(k, v, reason) for k, v in verl_selectors.verl_env(stack.verl.has_platform_registry).items()]
 
     @staticmethod
-    def external_modules(phase: str, environ: Mapping[str, str]) -> EnvVar:
+    def external_modules(phase: str, stack: Stack, environ: Mapping[str, str]) -> EnvVar:
         """VERL_USE_EXTERNAL_MODULES with the kit's modules first and the modules already named kept (the learning
         check's sabotage hooks, a user's own): the one list verl reads, so replacing it would drop theirs."""
         given = [module.strip() for module in environ.get(EXTERNAL_MODULES_ENV, "").split(",") if module.strip()]
         ours = [VLLM_PROBE_MODULE, PACKED_ATTENTION_MODULE] if phase == "rl" else [PACKED_ATTENTION_MODULE]
-        ours = [*verl_selectors.external_modules(stacks.active().name), *ours]  # registered before any verl use
+        ours = [
+            *verl_selectors.external_modules(stack.verl.has_platform_registry),
+            *ours,
+        ]  # registered before any verl use
         reason = (
             f"kit: verl imports these first in every process (verl/__init__.py:40-43); {PACKED_ATTENTION_MODULE} "
             f"registers the trainers' attention, {PACKED_ATTENTION} (see PACKED_ATTENTION, platforms/cpu.py)"

@@ -1,9 +1,9 @@
 """The kit's images as commands: ``docker build`` for a hardware profile, and how a ``docker run`` of one reaches the
 platform's devices.
 
-docker/build.sh and docker/run_*.sh exec this module (``run`` through :mod:`recipes.launch.containers`, which adds
-the recipes' data roots), so the shells hold no hardware table: the Dockerfile, base image, build args and tag are
-the profile's :class:`~platforms.profiles.Image`, the devices per node are the profile's, and what a
+docker/build.sh and docker/run_*.sh exec this module (``run`` through the launcher's ``cluster/containers.py``,
+which adds the recipes' data roots), so the shells hold no hardware table: the Dockerfile, base image, build args and
+tag are the profile's :class:`~platforms.profiles.Image`, the devices per node are the profile's, and what a
 container needs to see a platform's devices is the platform's
 :attr:`~platforms.base.Platform.device_access`. It runs on the host, where only a system python3 is
 guaranteed: stdlib only.
@@ -96,13 +96,16 @@ def image_profiles(platform: Platform | None = None) -> list[HardwareProfile]:
 
 
 # ---------------------------------------------------------------------------------------------------------- build
-def build_args(profile: HardwareProfile, verl_source: str, pip_index_url: str, verify: bool) -> dict[str, str]:
-    """Every ``--build-arg`` of the profile's image: the base image, the build options, then the pinned versions."""
+def build_args(
+    profile: HardwareProfile, stack: stacks.Stack, verl_source: str, pip_index_url: str, verify: bool
+) -> dict[str, str]:
+    """Every ``--build-arg`` of the profile's image on ``stack``: the base image, the build options, then the pinned
+    versions."""
     assert profile.image is not None
-    pinned = list(profile.image.pinned_build_args().items())
+    pinned = list(profile.image.pinned_build_args(stack).items())
     options = {
         "KIT_HW": profile.name,
-        "KIT_STACK": stacks.active().name,  # the image's stack: setup_verl.sh's pins and series, the doctor's checks
+        "KIT_STACK": stack.name,  # the image's stack: setup_verl.sh's pins and series, the doctor's checks
         "VERL_SOURCE": verl_source,
         "PIP_INDEX_URL": pip_index_url,
         "KIT_VERIFY": "1" if verify else "0",
@@ -112,6 +115,7 @@ def build_args(profile: HardwareProfile, verl_source: str, pip_index_url: str, v
 
 def build_command(
     profile: HardwareProfile,
+    stack: stacks.Stack,
     *,
     tag: str | None = None,
     verl_source: str = "sdist",
@@ -122,27 +126,31 @@ def build_command(
 ) -> list[str]:
     """The ``docker build`` command line of the profile's image (the context is the repository root)."""
     assert profile.image is not None
-    cmd = ["docker", "build", "-f", str(KIT_ROOT / profile.image.dockerfile), "-t", tag or profile.image.kit_tag]
+    cmd = ["docker", "build", "-f", str(KIT_ROOT / profile.image.dockerfile), "-t", tag or profile.image.kit_tag(stack)]
     if docker_platform:
         cmd += ["--platform", docker_platform]
-    for key, value in build_args(profile, verl_source, pip_index_url, verify).items():
+    for key, value in build_args(profile, stack, verl_source, pip_index_url, verify).items():
         cmd += ["--build-arg", f"{key}={value}"]
     return [*cmd, *extra, str(KIT_ROOT)]
 
 
-def _images_table() -> str:
-    rows = [(p.name, p.image.dockerfile, f"FROM {p.image.base}", p.image.kit_tag) for p in image_profiles() if p.image]
+def _images_table(stack: stacks.Stack) -> str:
+    rows = [
+        (p.name, p.image.dockerfile, f"FROM {p.image.base(stack)}", p.image.kit_tag(stack))
+        for p in image_profiles()
+        if p.image
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     return "\n".join("  " + "  ".join(row[i].ljust(widths[i]) for i in range(3)) + "  " + row[3] for row in rows)
 
 
-def build_parser(prog: str) -> ScriptParser:
+def build_parser(prog: str, stack: stacks.Stack) -> ScriptParser:
     parser = script_parser(
         prog,
         "Builds the retool-npu-kit image of one hardware profile from the repository root. Every version and the base "
         "image come from pins.env as build args (the Dockerfiles hold none), so an image is always the pinned stack.",
-        f"Images of {stacks.active().describe()} (profile, Dockerfile, base image, default tag; --stack picks "
-        "the other stack's):\n" + _images_table(),
+        f"Images of {stack.describe()} (profile, Dockerfile, base image, default tag; --stack picks "
+        "the other stack's):\n" + _images_table(stack),
         "Everything after -- goes to docker build unchanged.",
     )
     parser.add_argument("--hw", "--profile", dest="hw", required=True, choices=[p.name for p in image_profiles()])
@@ -192,10 +200,11 @@ def split_at_double_dash(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 
 def main_build(argv: Sequence[str], prog: str = "python -m platforms.images build") -> int:
     own, extra = split_at_double_dash(argv)
-    stacks.select_from_argv(own)  # before the parser: its help lists the stack's images and tags
-    args = build_parser(prog).parse_args(own)
+    stack = stacks.export(stacks.resolve(stacks.flag_in(own)))  # before the parser: its help lists the stack's images
+    args = build_parser(prog, stack).parse_args(own)
     cmd = build_command(
         PROFILES[args.hw],
+        stack,
         tag=args.tag,
         verl_source=args.verl_source,
         pip_index_url=args.pip_index_url,

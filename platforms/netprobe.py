@@ -1,7 +1,7 @@
 """This host's network as the multi-node launchers and the doctor read it: its IPv4 addresses with their
 interfaces (``ip -o -4 addr show``) and the local address of the route toward a peer.
 
-Why here, below both users: ``recipes/launch/nodenet.py`` (the launchers' node address and interface) and
+Why here, below both users: ``recipes/launch/cluster/nodenet.py`` (the launchers' node address and interface) and
 ``platforms/doctor/network.py`` (the doctor's check of the same interface) must read the host the same way, and
 the launcher reaching into the doctor's internals made the recipes depend on the doctor (issue 22 item 5). Stdlib
 only; no platform branches (the socket-interface variables are the platform's, ``Platform.socket_ifname_vars``).

@@ -20,7 +20,7 @@ import os
 import re
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from platforms.base import (
     HYDRA_FULL_ERROR,
@@ -35,6 +35,9 @@ from platforms.base import (
     plugin_engine,
 )
 from platforms.env import BOTH, RL, SFT, EnvTable, EnvVar, check_phase
+
+if TYPE_CHECKING:
+    from platforms.stacks import Stack
 
 _DAVINCI_RE = re.compile(r"^davinci\d+$")
 
@@ -393,9 +396,9 @@ class NpuPlatform(Platform):
             return counted
         return count_davinci(dev_root)
 
-    def rollout_engine(self) -> RolloutEngine:
+    def rollout_engine(self, stack: Stack) -> RolloutEngine:
         """vllm-ascend, the NPU image's engine: not this host's vLLM (a CPU host has the CPU build, issue 44)."""
-        return plugin_engine("vllm-ascend", "VLLM_ASCEND_VERSION")
+        return plugin_engine("vllm-ascend", "VLLM_ASCEND_VERSION", stack)
 
     def status_note(self) -> str:
         torch_npu, status = import_torch_npu()

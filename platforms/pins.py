@@ -20,7 +20,7 @@ _LINE = re.compile(r"^(?P<key>[A-Z][A-Z0-9_]*)=(?P<value>.*)$")
 
 class PinsError(UsageError, ValueError):
     """pins.env (or the file ``KIT_PINS_FILE`` names) is damaged: one error line, exit 2, from any command's boundary
-    (the image scripts printed it so before: ``platform/images.py``, ``recipes/launch/containers.py``); still a
+    (the image scripts printed it so before: ``platform/images.py``, ``recipes/launch/cluster/containers.py``); still a
     ValueError for library callers."""
 
     def __init__(self, what: str) -> None:
@@ -53,33 +53,31 @@ def load(path: Path = PINS_FILE) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------------------------------------- stacks
-# pins.env holds two stacks (platforms/stacks.py says what a stack is): the default's keys plain, another stack's as
-# V<digits>_<KEY> overrides (0.9.1 -> V091_). The merging lives here, with the file it reads; stacks builds on it.
-STACK_ENV = "KIT_STACK"
+# pins.env holds every stack (platforms/stacks.py says what a stack is): the reference's keys plain, another stack's as
+# V<digits>_<KEY> overrides (0.9.1 -> V091_; the stack object names its prefix). The merging lives here, with the file
+# it reads; which stack a command serves is not this module's business.
+_STACK_KEY = re.compile(r"^V\d+_")
 
 
-def stack_names() -> tuple[str, ...]:
-    return tuple(load()["KIT_STACKS"].split())
-
-
-def default_stack() -> str:
-    return load()["KIT_DEFAULT_STACK"]
-
-
-def stack_prefix(name: str) -> str:
-    """The pins.env prefix of a non-default stack's keys: ``0.9.1`` -> ``V091_``."""
-    return "V" + name.replace(".", "") + "_"
-
-
-def for_stack(name: str) -> dict[str, str]:
-    """The stack's pins: the plain keys, with the stack's ``V<digits>_`` keys in their place."""
+def for_prefix(prefix: str) -> dict[str, str]:
+    """A stack's pins: the plain keys, with the keys that start with ``prefix`` in their place (none for "")."""
     raw = load()
-    prefixes = tuple(stack_prefix(n) for n in stack_names())
-    merged = {k: v for k, v in raw.items() if not k.startswith(prefixes)}
-    if name != default_stack():
-        mine = stack_prefix(name)
-        merged.update({k[len(mine) :]: v for k, v in raw.items() if k.startswith(mine)})
+    merged = {k: v for k, v in raw.items() if not _STACK_KEY.match(k)}
+    if prefix:
+        merged.update({k[len(prefix) :]: v for k, v in raw.items() if k.startswith(prefix)})
     return merged
+
+
+def common(key: str) -> str:
+    """A pin every stack shares (the sandbox, the smoke model, the CPU image): no stack overrides it, so code that
+    reads it needs no stack. A key a stack overrides is an error here: ask that stack (``Stack.pin``)."""
+    raw = load()
+    if key not in raw:
+        raise KeyError(f"{key} is not pinned in {PINS_FILE}")
+    overridden = [k for k in raw if _STACK_KEY.match(k) and _STACK_KEY.sub("", k) == key]
+    if overridden:
+        raise KeyError(f"{key} differs between stacks ({', '.join(overridden)}): read it from the stack")
+    return raw[key]
 
 
 def installed_verl() -> str | None:
@@ -92,38 +90,12 @@ def installed_verl() -> str | None:
         return None
 
 
-def active_stack() -> str:
-    """The stack this process serves: ``KIT_STACK`` (every entry point's ``--stack`` sets it), else the stack whose
-    verl is installed here, else the default. An unknown ``KIT_STACK`` is a usage error."""
-    chosen = os.environ.get(STACK_ENV, "").strip()
-    if chosen:
-        if chosen not in stack_names():
-            raise UsageError(
-                f"unknown stack {chosen!r} ({STACK_ENV} or --stack)",
-                f"choose one of {', '.join(stack_names())} (pins.env KIT_STACKS)",
-            )
-        return chosen
-    version = (installed_verl() or "").split("+")[0]
-    for name in stack_names():
-        if version and version == for_stack(name)["VERL_VERSION"]:
-            return name
-    return default_stack()
-
-
-def get(key: str, stack: str | None = None) -> str:
-    """``key``'s pin in ``stack`` (default: the active stack, :func:`active_stack`)."""
-    pins = for_stack(stack or active_stack())
-    if key not in pins:
-        raise KeyError(f"{key} is not pinned in {PINS_FILE}")
-    return pins[key]
-
-
-def python_requirements(stack: str | None = None) -> dict[str, str]:
-    """PY_PINS as {distribution name: exact version}."""
+def requirements(spec: str) -> dict[str, str]:
+    """A PY_PINS value as {distribution name: exact version}."""
     reqs: dict[str, str] = {}
-    for spec in get("PY_PINS", stack).split():
-        name, _, version = spec.partition("==")
+    for item in spec.split():
+        name, _, version = item.partition("==")
         if not version:
-            raise PinsError(f"PY_PINS entry {spec!r} is not an exact pin (name==version)")
+            raise PinsError(f"PY_PINS entry {item!r} is not an exact pin (name==version)")
         reqs[name.lower()] = version
     return reqs

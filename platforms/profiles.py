@@ -12,14 +12,17 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from platforms import pins
 from platforms.base import Platform
 from platforms.cli_errors import UsageError
 from platforms.cpu import CpuPlatform
 from platforms.cuda import CudaPlatform
 from platforms.env import EnvVar
 from platforms.npu import NpuPlatform, count_davinci, soc_name
+
+if TYPE_CHECKING:
+    from platforms.stacks import Stack
 
 #: Forces a platform (a name in :data:`PLATFORMS`), e.g. to dry-run NPU launch commands on a laptop, or to keep a
 #: GPU box on CPU.
@@ -58,25 +61,19 @@ class Image:
     #: pins.env keys passed as build args of the same name (labels, checks), after the base image's.
     pin_args: tuple[str, ...] = ()
 
-    @property
-    def base(self) -> str:
-        return f"{pins.get(self.base_repo_key)}:{pins.get(self.base_tag_key)}"
+    def base(self, stack: Stack) -> str:
+        return f"{stack.pin(self.base_repo_key)}:{stack.pin(self.base_tag_key)}"
 
-    @property
-    def kit_tag(self) -> str:
-        """The kit's image tag: the base's tag, and for a stack other than the default its verl (the CPU base is the
-        same Python image on both stacks: without it the two builds would take one name)."""
-        from platforms import stacks
+    def kit_tag(self, stack: Stack) -> str:
+        """The kit's image tag on ``stack``: the base's tag and the stack's suffix (the CPU base is the same Python
+        image on both stacks: without the suffix the two builds would take one name)."""
+        return f"retool-npu-kit:{self.tag_prefix}{stack.pin(self.base_tag_key)}{stack.image_tag_suffix}"
 
-        stack = stacks.active()
-        suffix = "" if stack.is_default else f"-verl{stack.pin('VERL_VERSION')}"
-        return f"retool-npu-kit:{self.tag_prefix}{pins.get(self.base_tag_key)}{suffix}"
-
-    def pinned_build_args(self) -> dict[str, str]:
-        """Every build arg whose value comes from pins.env: the base image's, then :attr:`pin_args`."""
+    def pinned_build_args(self, stack: Stack) -> dict[str, str]:
+        """Every build arg whose value comes from ``stack``'s pins: the base image's, then :attr:`pin_args`."""
         repo_arg, tag_arg = self.base_args or (self.base_repo_key, self.base_tag_key)
-        out = {repo_arg: pins.get(self.base_repo_key), tag_arg: pins.get(self.base_tag_key)}
-        return out | {key: pins.get(key) for key in self.pin_args}
+        out = {repo_arg: stack.pin(self.base_repo_key), tag_arg: stack.pin(self.base_tag_key)}
+        return out | {key: stack.pin(key) for key in self.pin_args}
 
 
 @dataclass(frozen=True)
@@ -90,23 +87,23 @@ class HardwareProfile:
     note: str
     image: Image | None = None
 
-    def env(self, phase: str, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
+    def env(self, phase: str, stack: Stack, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
         """The process environment for ``phase`` on this profile (the platform's; A2 and A3 share one table)."""
-        return self.platform.env(phase, environ)
+        return self.platform.env(phase, stack, environ)
 
     def env_problems(self, env: Mapping[str, str], phase: str) -> list[str]:
         return self.platform.env_problems(env, phase)
 
-    def verl_overrides(self, phase: str) -> list[str]:
+    def verl_overrides(self, phase: str, stack: Stack) -> list[str]:
         """The platform's overrides plus the node shape (``trainer.n_gpus_per_node``) where the profile has one."""
-        out = self.platform.verl_overrides(phase)
+        out = self.platform.verl_overrides(phase, stack)
         if self.devices_per_node:
             out.append(f"trainer.n_gpus_per_node={self.devices_per_node}")
         return out
 
-    def env_command(self, phase: str) -> str:
-        """The command line that prints this profile's environment (for tables and fix hints)."""
-        return f"python -m platforms env --phase {phase} --hw {self.name}"
+    def env_command(self, phase: str, stack: Stack) -> str:
+        """The command line that prints this profile's environment on ``stack`` (for tables and fix hints)."""
+        return f"python -m platforms env --phase {phase} --hw {self.name}{stack.cli_option}"
 
 
 _IMAGE_PINS = ("VERL_VERSION", "VLLM_VERSION")

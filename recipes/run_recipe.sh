@@ -8,17 +8,8 @@
 set -euo pipefail
 
 KIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=../scripts/lib/stack.sh
-source "$KIT_ROOT/scripts/lib/stack.sh"
-# --stack picks the stack's pins and venv (.venv or .venv-<stack>); Python checks the option again and says more.
-kit_use_stack "$(kit_stack_option "$@")" || exit 2
-# shellcheck source=../scripts/lib/kit_python.sh
-source "$KIT_ROOT/scripts/lib/kit_python.sh"
-# shellcheck source=../scripts/lib/platform_env.sh
-source "$KIT_ROOT/scripts/lib/platform_env.sh"
-
-kit_source_setup_scripts
-export PYTHONPATH="$KIT_ROOT${PYTHONPATH:+:$PYTHONPATH}"
-python=$(kit_python)
-[[ " $* " == *" --help "* || " $* " == *" -h "* ]] || kit_require_verl "$python" || exit 2
-exec "$python" -m recipes.launch run "$@"
+# shellcheck source=../scripts/lib/entry.sh
+source "$KIT_ROOT/scripts/lib/entry.sh"
+# The stack (--stack, KIT_STACK, the interpreter's verl, the default), CANN/ATB, the stack's interpreter with its verl.
+kit_enter --setup-scripts --verl required -- "$@"
+exec "$KIT_PY" -m recipes.launch run "$@"

@@ -8,8 +8,8 @@ step can cost 10-20x its fp32 twin; the kit's cpu platform therefore computes in
 hand, in one run so that load and clock drift hit every variant alike:
 
 * the real trainers, with the command and environment the kit's launcher builds for ``--hw cpu``
-  (``recipes.launch.plan.build`` and the cpu preset) and the smoke's SFT and RL overrides: 2 worker processes, the
-  tiny random Qwen3 with the real Qwen tokenizer;
+  (``recipes.launch.planning.plan.build`` and the cpu preset) and the smoke's SFT and RL overrides: 2 worker
+  processes, the tiny random Qwen3 (the stack's width, ``--stack``) with the real Qwen tokenizer;
 * per variant, the median of verl's own per-step durations (SFT ``train/time(s)``, RL ``timing_s/step``), the first
   step left out when there are more (it carries one-off warm-up);
 * variants in the kit's cpu environment except where named: ``fp32`` (what the kit runs), ``bf16`` (verl's default
@@ -43,9 +43,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from platforms import PROFILES, TCMALLOC_SWITCH, EnvVar, applied, dtype_overrides, find_tcmalloc  # noqa: E402
+from platforms import PROFILES, TCMALLOC_SWITCH, EnvVar, applied, dtype_overrides, find_tcmalloc, stacks  # noqa: E402
+from platforms.cli import add_stack_option  # noqa: E402
 from platforms.cli_errors import entry_point  # noqa: E402
 from platforms.cpu_info import cpu_info, fast_bf16  # noqa: E402
+from platforms.stacks import Stack  # noqa: E402
 from recipes.smoke.progress import RL_STEP_TIME, SFT_STEP_TIME, step_metrics, step_times  # noqa: E402
 from recipes.smoke.supervisor import kit_env  # noqa: E402
 
@@ -102,17 +104,17 @@ class Variant:
 
 
 def variants(
-    dtypes: Sequence[str], tcmalloc: str | None, rollouts: Sequence[str] = (), allocators: bool = True
+    dtypes: Sequence[str], tcmalloc: str | None, stack: Stack, rollouts: Sequence[str] = (), allocators: bool = True
 ) -> list[Variant]:
     """The kit's settings per dtype; for fp32 also glibc instead of tcmalloc, glibc without huge pages, and each of
-    ``rollouts`` other than the platform's engine (RL only: :func:`stage_variants`)."""
+    ``rollouts`` other than the platform's engine on ``stack`` (RL only: :func:`stage_variants`)."""
     out = [Variant(dtype, dtype) for dtype in dtypes]
     if "fp32" in dtypes and allocators:
         glibc = ((TCMALLOC_SWITCH, "0"),)
         if tcmalloc:
             out.append(Variant("fp32-glibc", "fp32", glibc))
         out.append(Variant("fp32-glibc-no-thp", "fp32", glibc, ((THP_VAR, "0"),)))
-    engine = PROFILES["cpu"].platform.rollout_engine().name
+    engine = PROFILES["cpu"].platform.rollout_engine(stack).name
     if "fp32" in dtypes:
         out += [Variant(f"fp32-{name}", "fp32", rollout=name) for name in rollouts if name != engine]
     return out
@@ -129,10 +131,19 @@ def _changed(environ: dict[str, str], changes: Sequence[tuple[str, str | None]])
 
 
 class Bench:
+    """The timed trainer runs of one stack (``stack``: resolved by :func:`main`; its launcher plan, environment,
+    dtype overrides, rollout engine and tiny model width)."""
+
     def __init__(
-        self, out: Path, sft_steps: int, rl_steps: int, timeout: float, extra: dict[str, list[str]] | None = None
+        self,
+        out: Path,
+        stack: Stack,
+        sft_steps: int,
+        rl_steps: int,
+        timeout: float,
+        extra: dict[str, list[str]] | None = None,
     ) -> None:
-        self.out, self.sft_steps, self.rl_steps, self.timeout = out, sft_steps, rl_steps, timeout
+        self.out, self.stack, self.sft_steps, self.rl_steps, self.timeout = out, stack, sft_steps, rl_steps, timeout
         self.extra = extra or {}
         self.model = out / "model" / "tiny-qwen3"
         self.data = out / "data"
@@ -142,7 +153,7 @@ class Bench:
         from recipes.smoke.commands import DATA_DIR
         from recipes.smoke.tiny_model import build_tiny_qwen
 
-        build_tiny_qwen(self.model)
+        build_tiny_qwen(self.model, hidden_size=self.stack.tiny_hidden_size)
         for command, src, dst in (
             ("sft", "retool_sft.jsonl", "retool_sft.parquet"),
             ("rl", "dapo_math.jsonl", "dapo_math.parquet"),
@@ -190,19 +201,19 @@ class Bench:
 
     def command(self, stage: str, variant: Variant) -> tuple[list[str], dict[str, str]]:
         """The exact command and environment the kit's launcher would exec for this stage, then the variant's
-        changes: the launcher's own code path (``recipes.launch.plan.build``) with the cpu preset applied."""
-        from recipes.launch.catalog import RECIPES
-        from recipes.launch.plan import build
+        changes: the launcher's own code path (``recipes.launch.planning.plan.build``) with the cpu preset applied."""
+        from recipes.launch.planning.plan import build
+        from recipes.launch.run_inputs.catalog import RECIPES
 
         tag = variant.name.replace("+", "-")
         recipe, inputs, overrides = self._inputs(stage, tag)
         phase = RECIPES[recipe].phase
         base = _changed(_kit_env(inputs), variant.before)
-        env = _changed(applied(PROFILES["cpu"].env(phase, base), base), variant.after)
-        overrides += dtype_overrides(phase, variant.dtype)
+        env = _changed(applied(PROFILES["cpu"].env(phase, self.stack, base), base), variant.after)
+        overrides += dtype_overrides(phase, variant.dtype, self.stack)
         if variant.rollout:
             overrides.append(f"actor_rollout_ref.rollout.name={variant.rollout}")
-        plan = build(RECIPES[recipe], "cpu", overrides, path_check=False, environ=env)
+        plan = build(RECIPES[recipe], "cpu", self.stack, overrides, path_check=False, environ=env)
         if plan.errors:
             raise SystemExit(f"bench_cpu_step: the {recipe} plan failed: {'; '.join(plan.errors)}")
         return plan.command, env
@@ -244,7 +255,7 @@ class Bench:
             error,
         )
         if stage == "rl":
-            result.rollout = variant.rollout or PROFILES["cpu"].platform.rollout_engine().label()
+            result.rollout = variant.rollout or PROFILES["cpu"].platform.rollout_engine(self.stack).label()
             result.gen_median_s = median_after_warmup(step_times(metrics, GEN_TIME))
         shown = f"{result.median_s:.2f} s/step" if result.median_s is not None else "no step"
         steps_text = ", ".join(f"{t:.1f}" for t in times.values())
@@ -364,7 +375,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-allocators", action="store_true", help="leave out the glibc / no-THP variants")
     parser.add_argument("--sft-override", action="append", default=[], help="extra Hydra override for SFT runs")
     parser.add_argument("--rl-override", action="append", default=[], help="extra Hydra override for RL runs")
+    add_stack_option(parser)
     args = parser.parse_args(argv)
+    stack = stacks.export(stacks.resolve(args.stack))
     lists = (args.only, args.dtypes, args.rollouts)
     stages, dtypes, rollouts = ([w.strip() for w in text.split(",") if w.strip()] for text in lists)
     if not stages or set(stages) - {"sft", "rl"}:
@@ -380,9 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(render({"cpu": info, "fast_bf16_hardware": fast_bf16(info), "results": [], "verdicts": []}).split("\n\n")[0])
     print(f"[bench] tcmalloc: {tcmalloc or 'not found'}")
     extra = {"sft": args.sft_override, "rl": args.rl_override}
-    bench = Bench(args.out.resolve(), args.sft_steps, args.rl_steps, args.timeout, extra)
+    bench = Bench(args.out.resolve(), stack, args.sft_steps, args.rl_steps, args.timeout, extra)
     bench.prepare()
-    chosen = variants(dtypes, tcmalloc, rollouts, allocators=not args.no_allocators)
+    chosen = variants(dtypes, tcmalloc, stack, rollouts, allocators=not args.no_allocators)
     results = [bench.run(stage, variant) for stage in stages for variant in stage_variants(stage, chosen)]
     summary = summarize(results, info, tcmalloc)
     print()

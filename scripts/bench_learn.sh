@@ -7,9 +7,11 @@
 set -euo pipefail
 
 KIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=lib/kit_python.sh
-source "$KIT_ROOT/scripts/lib/kit_python.sh"
-export PYTHONPATH="$KIT_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+# shellcheck source=lib/entry.sh
+source "$KIT_ROOT/scripts/lib/entry.sh"
+# The stack (--stack, KIT_STACK, the interpreter's verl, the default), exported to every smoke.sh run; no verl check
+# and no setup scripts here: each run's smoke.sh does its own.
+kit_enter -- "$@"
 export PYTHONUNBUFFERED=1
 
-exec "$(kit_python)" -m recipes.smoke.bench_learn "$@"
+exec "$KIT_PY" -m recipes.smoke.bench_learn "$@"

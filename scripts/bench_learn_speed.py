@@ -34,8 +34,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from platforms import stacks  # noqa: E402
+from platforms.cli import add_stack_option  # noqa: E402
 from platforms.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, check_writable, entry_point  # noqa: E402
 from platforms.cpu_info import cpu_info  # noqa: E402
+from platforms.stacks import Stack  # noqa: E402
 from recipes.smoke import speed  # noqa: E402
 
 RUNS = ("previous", "current")
@@ -49,13 +52,14 @@ PREVIOUS_OVERRIDES = (
 )
 
 
-def previous_verl(out: Path, tree: Path) -> Path:
-    """A copy of the patched verl tree without patch 0030 and the ones after it (``git worktree`` at its parent),
-    made once under ``out``: the verl the previous settings run, first on PYTHONPATH."""
+def previous_verl(out: Path, stack: Stack) -> Path:
+    """A copy of ``stack``'s patched verl tree without patch 0030 and the ones after it (``git worktree`` at its
+    parent), made once under ``out``: the verl the previous settings run, first on PYTHONPATH."""
     dest = out / "verl-previous"
     if (dest / "verl" / "__init__.py").is_file():
         return dest
-    subject = _patch_subject(PREVIOUS_WITHOUT_PATCH)
+    tree = stack.verl_tree
+    subject = _patch_subject(previous_patch(stack))
     commit = subprocess.run(
         ["git", "-C", str(tree), "log", "--format=%H", "-F", f"--grep={subject}", "-1"],
         capture_output=True,
@@ -68,8 +72,20 @@ def previous_verl(out: Path, tree: Path) -> Path:
     return dest
 
 
-def _patch_subject(number: str) -> str:
-    patch = next((REPO_ROOT / "patches").glob(f"{number}-*.patch"))
+def previous_patch(stack: Stack) -> Path:
+    """Patch 0030 in ``stack``'s series: the previous settings are the verl without it. A series without it (verl
+    0.9.1 runs the old log-prob pass as released) has no previous run: one line, before anything runs."""
+    found = sorted(stack.patch_dir.glob(f"{PREVIOUS_WITHOUT_PATCH}-*.patch"))
+    if not found:
+        raise UsageError(
+            f"stack {stack.name}'s series ({stack.patch_subdir}/) has no patch {PREVIOUS_WITHOUT_PATCH}: no previous "
+            "settings to run",
+            f"--only current{stack.cli_option}",
+        )
+    return found[0]
+
+
+def _patch_subject(patch: Path) -> str:
     lines = patch.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("Subject: "))
     subject = lines[start].removeprefix("Subject: ")
@@ -80,21 +96,24 @@ def _patch_subject(number: str) -> str:
     return subject.split("] ", 1)[-1].strip()
 
 
-def command(run: str, out: Path, seed: int) -> list[str]:
-    argv = ["bash", str(REPO_ROOT / "scripts" / "smoke.sh"), "--learn", "--seed", str(seed), "--out", str(out / run)]
+def command(run: str, out: Path, seed: int, stack: Stack) -> list[str]:
+    """``run``'s smoke.sh on ``stack`` (its ``--stack``, none for the default)."""
+    argv = ["bash", str(REPO_ROOT / "scripts" / "smoke.sh"), *stack.cli_option.split(), "--learn", "--seed", str(seed)]
+    argv += ["--out", str(out / run)]
     return argv + (list(PREVIOUS_OVERRIDES) if run == "previous" else []) + ["--force"]
 
 
-def run_one(run: str, out: Path, seed: int, tree: Path) -> int:
+def run_one(run: str, out: Path, seed: int, stack: Stack) -> int:
     env = dict(os.environ)
     if run == "previous":
-        verl = previous_verl(out, tree)
+        verl = previous_verl(out, stack)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(verl), env.get("PYTHONPATH", "")) if p)
     log = out / "logs" / f"{run}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    print(f"[bench] {run}: {' '.join(command(run, out, seed))} (log {log})", flush=True)
+    argv = command(run, out, seed, stack)
+    print(f"[bench] {run}: {' '.join(argv)} (log {log})", flush=True)
     with log.open("w") as handle:
-        return subprocess.run(command(run, out, seed), env=env, stdout=handle, stderr=subprocess.STDOUT).returncode
+        return subprocess.run(argv, env=env, stdout=handle, stderr=subprocess.STDOUT).returncode
 
 
 def report(out: Path) -> int:
@@ -125,25 +144,28 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--only", choices=RUNS, action="append", help="run only this one (repeatable)")
     parser.add_argument("--analyze", action="store_true", help="run nothing: the table of the runs in --out")
     parser.add_argument("--dry-run", action="store_true", help="print each run's command; start nothing")
+    add_stack_option(parser)  # its verl tree (the previous run's base) and every smoke.sh's --stack
     return parser
 
 
 @entry_point("bench_learn_speed")
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stack = stacks.export(stacks.resolve(args.stack))  # once, here: the verl tree and every run's --stack
     out = args.out.resolve()
     selected = [] if args.analyze else (args.only or list(RUNS))
     check_writable("--out", out, folder=True)  # the dry run too: it must not pass where the run fails
+    if "previous" in selected:
+        previous_patch(stack)  # a series without patch 0030 has no previous run: said before anything starts
     if args.dry_run:
         for run in selected:
             extra = f"PYTHONPATH={out / 'verl-previous'} (verl without patch {PREVIOUS_WITHOUT_PATCH}) " * (
                 run == "previous"
             )
-            print(f"{run}: {extra}{' '.join(command(run, out, args.seed))}")
+            print(f"{run}: {extra}{' '.join(command(run, out, args.seed, stack))}")
         return EXIT_OK
-    tree = Path(os.environ.get("KIT_VERL_TREE", REPO_ROOT / "build" / "verl"))
     for run in selected:
-        status = run_one(run, out, args.seed, tree)
+        status = run_one(run, out, args.seed, stack)
         print(f"[bench] {run}: exit {status}", flush=True)
     return report(out)
 

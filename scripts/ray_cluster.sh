@@ -3,17 +3,16 @@
 # devices, optionally one code sandbox per node (--with-sandbox). Everything but sourcing the platform's setup
 # scripts (CANN's and ATB's set_env.sh on Ascend hosts: Ray then counts NPUs with pyACL, vllm-ascend finds
 # libatb.so, and every Ray worker inherits that environment from the raylet) happens in Python:
-# `python -m recipes.launch.cluster --help` (recipes/launch/cluster.py) parses the options, applies the hardware
-# profile's RL environment, sets the socket-interface variables and runs `ray start`.
+# `python -m recipes.launch.cluster.ray_cluster --help` (recipes/launch/cluster/ray_cluster.py) parses the options,
+# applies the hardware profile's RL environment, sets the socket-interface variables and runs `ray start`.
 set -euo pipefail
 
 KIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=lib/kit_python.sh
-source "$KIT_ROOT/scripts/lib/kit_python.sh"
-# shellcheck source=lib/platform_env.sh
-source "$KIT_ROOT/scripts/lib/platform_env.sh"
-
-# Every platform's scripts present here (only NPU has any); Python fails on a profile's missing one (--dry-run: notes).
-kit_source_setup_scripts
-export PYTHONPATH="$KIT_ROOT${PYTHONPATH:+:$PYTHONPATH}"
-exec "$(kit_python)" -m recipes.launch.cluster "$@"
+# shellcheck source=lib/entry.sh
+source "$KIT_ROOT/scripts/lib/entry.sh"
+# The stack (--stack, KIT_STACK, the interpreter's verl, the default) and its interpreter, whose `ray` starts the
+# node: this process imports no verl, but every Ray worker runs the interpreter's, so another stack's is refused.
+# Every platform's setup scripts present here (only NPU has any); Python fails on a profile's missing one (--dry-run:
+# notes).
+kit_enter --setup-scripts --verl matching -- "$@"
+exec "$KIT_PY" -m recipes.launch.cluster.ray_cluster "$@"

@@ -8,7 +8,8 @@ KIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=lib/stack.sh
 source "$KIT_ROOT/scripts/lib/stack.sh"
 user_patch_dir=${KIT_PATCH_DIR:-}
-# --stack picks the pins (pins.env) and the series: patches/ for the reference stack, patches/<stack>/ for the other.
+# --stack picks the pins (pins.env, through platforms/stacks.py) and the series: patches/ for the reference stack,
+# patches/<stack>/ for the other; a KIT_PATCH_DIR set before this replaces the series.
 kit_use_stack "$(kit_stack_option "$@")" || exit 2
 
 PATCH_DIR="${user_patch_dir:-$KIT_PATCH_DIR}"
@@ -21,8 +22,9 @@ Usage: scripts/setup_verl.sh [--stack $(echo "$KIT_STACKS" | tr ' ' '|')] [--sou
 
 Builds verl $VERL_VERSION with the kit's patch series ($PATCH_DIR) applied by git am.
 
-  --stack NAME     which stack's verl and series (default $KIT_DEFAULT_STACK, the reference: patches/*.patch; 0.9.1:
-                   verl 0.9.1 with patches/0.9.1/*.patch). Shown above: stack $KIT_STACK.
+  --stack NAME     which stack's verl and series ($KIT_DEFAULT_STACK, the reference: patches/*.patch; 0.9.1: verl 0.9.1
+                   with patches/0.9.1/*.patch); default: KIT_STACK, else the stack of the active venv's verl, else
+                   $KIT_DEFAULT_STACK. Shown above: stack $KIT_STACK. KIT_PATCH_DIR, when set, replaces the series.
 
   --source git     (default) clone --repo (default $VERL_GIT_URL) into --dest, or reuse the git
                    checkout already at --dest / --repo PATH, and work on branch retool-kit at $VERL_GIT_TAG.

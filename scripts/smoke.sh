@@ -10,18 +10,13 @@
 set -euo pipefail
 
 KIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=lib/stack.sh
-source "$KIT_ROOT/scripts/lib/stack.sh"
-# --stack picks the stack's pins and venv (.venv or .venv-<stack>); Python checks the option again and says more.
-kit_use_stack "$(kit_stack_option "$@")" || exit 2
-# shellcheck source=lib/kit_python.sh
-source "$KIT_ROOT/scripts/lib/kit_python.sh"
-# shellcheck source=lib/platform_env.sh
-source "$KIT_ROOT/scripts/lib/platform_env.sh"
-export PYTHONPATH="$KIT_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+# shellcheck source=lib/entry.sh
+source "$KIT_ROOT/scripts/lib/entry.sh"
+# The stack (--stack, KIT_STACK, the interpreter's verl, the default: its pins and venv), then CANN/ATB before any
+# Python probes the platform (torch_npu cannot load without CANN's environment). No verl check: check-args says
+# which interpreter runs the smoke, and the venv is built below when it is the kit's.
+kit_enter --setup-scripts -- "$@"
 export PYTHONUNBUFFERED=1
-
-kit_source_setup_scripts # before any Python probes the platform: torch_npu cannot load without CANN's environment
 
 # check-args writes the interpreter to run with on fd 3 ("venv" = the kit's CPU venv), nothing after --help; its
 # stdout and stderr stay the terminal's. Any python3 will do: that module imports only the standard library.

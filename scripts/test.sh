@@ -26,10 +26,11 @@ if [[ ${1:-} == -h || ${1:-} == --help ]]; then
 Usage: bash scripts/test.sh [--stack $(echo "$KIT_STACKS" | tr ' ' '|')] [PYTEST_ARGS...]
 
 Sets up the stack's venv (created on first use, reused and updated when pins.env, pyproject.toml, the stack's
-patches or scripts/setup_verl.sh change), then runs the kit's tests with pytest.
+patches or scripts/setup_verl.sh change), then runs the kit's tests with pytest. Without --stack: KIT_STACK, else
+the stack of the active venv's verl, else $KIT_DEFAULT_STACK (shown here: stack $KIT_STACK).
   --stack $KIT_DEFAULT_STACK   (default) the reference stack's .venv/; without PYTEST_ARGS, CI's run: its two phases,
-                  then the current stack's tests (tests/stack091, in .venv-0.9.1/) as a third
-  --stack 0.9.1   the current stack's .venv-0.9.1/ only; without PYTEST_ARGS, its tests (tests/stack091)
+                  then every other stack's own tests (tests/stack091, in .venv-0.9.1/) as a third
+  --stack 0.9.1   the current stack's .venv-0.9.1/ only; without PYTEST_ARGS, its own tests (tests/stack091)
   --venv          (after --stack, if any) build or update the stack's venv, run no tests
 Examples:
   bash scripts/test.sh                      # everything, as CI runs it (two phases, below)
@@ -67,9 +68,9 @@ if (($# > 0)); then
   echo "== pytest (stack $KIT_STACK)"
   exec "$KIT_PYTHON" -m pytest "$@"
 fi
-if [[ $KIT_STACK != "$KIT_DEFAULT_STACK" ]]; then
-  echo "== pytest: stack $KIT_STACK's tests (tests/stack${KIT_STACK//./})"
-  exec "$KIT_PYTHON" -m pytest "tests/stack${KIT_STACK//./}"
+if [[ -n $KIT_STACK_TESTS ]]; then # a stack with tests of its own runs those (platforms/stacks.py tests_dir)
+  echo "== pytest: stack $KIT_STACK's tests ($KIT_STACK_TESTS)"
+  exec "$KIT_PYTHON" -m pytest "$KIT_STACK_TESTS"
 fi
 
 # The default run. Most of the quick tests wait on a subprocess that uses one core (an interpreter importing
@@ -98,9 +99,9 @@ rc2=$rc
 phase_start=$SECONDS
 rc=0
 for other in $KIT_STACKS; do
-  [[ $other == "$KIT_DEFAULT_STACK" ]] && continue
-  echo "== pytest, phase 3: stack $other (its venv, then tests/stack${other//./})"
-  env -u KIT_STACK -u KIT_VENV -u KIT_PYTHON -u KIT_VERL_TREE -u KIT_PATCH_DIR \
+  [[ $other == "$KIT_STACK" ]] && continue
+  echo "== pytest, phase 3: stack $other (its venv, then its own tests)"
+  env -u KIT_STACK -u KIT_VENV -u KIT_PYTHON -u KIT_VERL_TREE -u KIT_PATCH_DIR -u KIT_STACK_TESTS \
     bash "$KIT_ROOT/scripts/test.sh" --stack "$other" || rc=$?
 done
 phase3_s=$((SECONDS - phase_start))

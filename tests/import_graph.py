@@ -77,6 +77,41 @@ def build_graph(files: dict[str, Path]) -> dict[str, set[str]]:
     return graph
 
 
+def _prose(tree: ast.AST) -> set[int]:
+    """The ids of string constants that are prose or fragments, not names: a string standing as a statement of its
+    own (a docstring, an attribute's doc) and the literal pieces of an f-string."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            skip.add(id(node.value))
+        elif isinstance(node, ast.JoinedStr):
+            skip.update(id(value) for value in node.values)
+    return skip
+
+
+def named_modules(path: Path, modules: set[str]) -> list[tuple[str, int]]:
+    """The kit's modules ``path`` names in a string, with the line: a plain string constant that is exactly a dotted
+    module name of the tree (``"platforms.cpu_attention"``), as ``VERL_USE_EXTERNAL_MODULES`` or a worker's
+    ``external_lib`` hands verl a module to import. An import check cannot see such a reference, yet verl runs it."""
+    tree = ast.parse(path.read_text(), str(path))
+    skip = _prose(tree)
+    return [
+        (node.value, node.lineno)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip
+        if "." in node.value and node.value in modules
+    ]
+
+
+def build_name_graph(files: dict[str, Path]) -> dict[str, set[str]]:
+    """module -> the kit's modules it names in a string (:func:`named_modules`), itself left out."""
+    modules = set(files)
+    return {
+        module: {name for name, _line in named_modules(path, modules) if name != module}
+        for module, path in files.items()
+    }
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """Strongly connected components with more than one module (Tarjan, iterative), each sorted."""
     index: dict[str, int] = {}

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from kit_testing import trainer_env
+from kit_testing import interpreter_stack, trainer_env
 
 from platforms import CPU
 
@@ -22,7 +22,7 @@ def common_overrides(assets: Mapping[str, Path], ckpt: Path) -> list[str]:
     ``reward`` file (``compute_score``) and the ``model``; checkpoints go to ``ckpt``."""
     return [
         # the platform's own settings (device, FSDP2, sdpa, fp32 compute, no torch.compile, Ray CPUs)
-        *CPU.verl_overrides("rl"),
+        *CPU.verl_overrides("rl", interpreter_stack()),
         "algorithm.adv_estimator=grpo",
         "algorithm.use_kl_in_reward=False",
         f"data.train_files={assets['data']}",

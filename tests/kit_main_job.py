@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kit_testing import REPO_ROOT, kit_env
 
-from platforms import CPU
+from platforms import CPU, stacks
 
 PIPELINE_STAGES = ["env", "model", "data", "sft", "merge", "tool-call check", "sandbox", "rl", "eval", "plots"]
 PLOTS = {"val_acc", "reward", "response_length", "turns", "step_time", "overview"}
@@ -82,7 +82,8 @@ def check_rl_executed_tool_calls_in_the_sandbox(run: dict, rl_steps: int) -> Non
     """Calls from the SFT'd policy (not a mock) ran in the sandbox, rolled out by the platform's engine (verl's vLLM
     async server on vLLM's CPU build, which CI requires)."""
     summary = run["summary"]
-    engine = CPU.rollout_engine()  # vLLM's CPU build where the venv has it (CI requires it), else the hf rollout
+    # vLLM's CPU build where the venv has it (CI requires it), else the hf rollout; on the stack the run served
+    engine = CPU.rollout_engine(stacks.get(summary["stack"]))
     assert (summary["rollout_engine"], summary["rollout_engine_version"]) == (engine.name, engine.version), summary
     if engine.name == "vllm":  # the calls came through verl's vLLM async server
         assert "vLLMHttpServer" in (run["out"] / "logs" / "rl.log").read_text()
@@ -125,8 +126,8 @@ def check_artifacts(run: dict, eval_sources: set[str]) -> None:
 
 
 def check_run_logs(out: Path) -> None:
-    """Each trainer's output is also in ``<CKPT_DIR>/run.log`` (recipes/launch/runlog.py), which the launch names
-    first: a log that outlives the terminal, beside the checkpoints on the mount."""
+    """Each trainer's output is also in ``<CKPT_DIR>/run.log`` (recipes/launch/supervision/runlog.py), which the
+    launch names first: a log that outlives the terminal, beside the checkpoints on the mount."""
     for stage, ckpt in (("sft", out / "sft" / "ckpt"), ("rl", out / "rl" / "ckpt")):
         run_log = ckpt / "run.log"
         stage_log = (out / "logs" / f"{stage}.log").read_text()

@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
+    from platforms import stacks as stacks_t
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TESTS_DIR = REPO_ROOT / "tests"
 
@@ -82,7 +84,7 @@ def trainer_env(phase: str, **extra: str) -> dict[str, str]:
     from platforms import CPU
 
     env = kit_env(**extra)
-    modules = CPU.external_modules(phase, env)
+    modules = CPU.external_modules(phase, interpreter_stack(), env)
     env[modules.name] = modules.value
     return env
 
@@ -356,13 +358,21 @@ def verl_without_patch(dest: Path, patch_number: str) -> UnpatchedVerl:
 REQUIRE_VLLM_ENV = "KIT_REQUIRE_VLLM"
 
 
+def interpreter_stack() -> stacks_t.Stack:
+    """The stack this test interpreter serves: its verl's (``KIT_STACK`` is not read: the venv the test command picked
+    decides, as it decides which tests run)."""
+    from platforms import stacks
+
+    return stacks.resolve(environ={})
+
+
 def require_vllm() -> None:
     """Skip (or, with KIT_REQUIRE_VLLM=1, fail) a test that needs verl's vLLM rollout on this machine's CPU."""
     import pytest
 
     from platforms import CPU
 
-    engine = CPU.rollout_engine()
+    engine = CPU.rollout_engine(interpreter_stack())
     if engine.name == "vllm":
         return
     if os.environ.get(REQUIRE_VLLM_ENV) == "1":

@@ -67,8 +67,8 @@ class Walk:
 def _followed_types() -> tuple[type, ...]:
     from omegaconf import DictConfig
 
-    from recipes.launch.facts import Facts
-    from recipes.launch.plan import Plan
+    from recipes.launch.planning.facts import Facts
+    from recipes.launch.planning.plan import Plan
 
     return argparse.Namespace, Plan, DictConfig, Facts
 

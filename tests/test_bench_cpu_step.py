@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT
 
+from platforms.stacks import REFERENCE
+
 SCRIPT = REPO_ROOT / "scripts" / "bench_cpu_step.py"
 
 
@@ -54,10 +56,10 @@ def test_median_leaves_out_the_warm_up_step(bench) -> None:
 
 
 def test_variants(bench) -> None:
-    names = [v.name for v in bench.variants(["fp32", "bf16"], "/usr/lib/libtcmalloc_minimal.so.4")]
+    names = [v.name for v in bench.variants(["fp32", "bf16"], "/usr/lib/libtcmalloc_minimal.so.4", REFERENCE)]
     assert names == ["fp32", "bf16", "fp32-glibc", "fp32-glibc-no-thp"]
-    assert [v.name for v in bench.variants(["fp32"], None)] == ["fp32", "fp32-glibc-no-thp"]
-    assert [v.name for v in bench.variants(["bf16"], "/x.so")] == ["bf16"]
+    assert [v.name for v in bench.variants(["fp32"], None, REFERENCE)] == ["fp32", "fp32-glibc-no-thp"]
+    assert [v.name for v in bench.variants(["bf16"], "/x.so", REFERENCE)] == ["bf16"]
 
 
 @pytest.mark.parametrize("stage", ["sft", "rl"])
@@ -68,8 +70,8 @@ def test_commands_and_environments(bench, stage: str, tmp_path: Path, monkeypatc
     monkeypatch.setattr("platforms.cpu.find_tcmalloc", lambda: str(fake))
     monkeypatch.delenv("LD_PRELOAD", raising=False)
     monkeypatch.delenv("KIT_CPU_TCMALLOC", raising=False)
-    runner = bench.Bench(tmp_path / "out", sft_steps=3, rl_steps=2, timeout=10)
-    commands = {v.name: runner.command(stage, v) for v in bench.variants(["fp32", "bf16"], str(fake))}
+    runner = bench.Bench(tmp_path / "out", REFERENCE, sft_steps=3, rl_steps=2, timeout=10)
+    commands = {v.name: runner.command(stage, v) for v in bench.variants(["fp32", "bf16"], str(fake), REFERENCE)}
 
     cmd, env = commands["fp32"]
     recipe = "retool_qwen3_4b_sft" if stage == "sft" else "retool_qwen3_4b_dapo"

@@ -18,7 +18,7 @@ import types
 import pytest
 from kit_testing import require_vllm
 
-from platforms import post_import, vllm_cpu_probe
+from platforms import post_import, stacks, vllm_cpu_probe
 from platforms.base import RL_RAY_DASHBOARD_KEY
 from platforms.cpu import EXTERNAL_MODULES_ENV, PACKED_ATTENTION_MODULE, VLLM_PROBE_MODULE, CpuPlatform
 from recipes.smoke.supervisor import kit_env
@@ -114,7 +114,7 @@ def test_when_imported_patches_after_the_first_import(tmp_path, monkeypatch: pyt
 
 def test_the_cpu_platform_names_the_probe_first_and_keeps_other_modules() -> None:
     def modules(environ: dict[str, str], phase: str = "rl") -> list[str]:
-        entries = {e.name: e.value for e in CpuPlatform().env(phase, environ)}
+        entries = {e.name: e.value for e in CpuPlatform().env(phase, stacks.REFERENCE, environ)}
         return entries[EXTERNAL_MODULES_ENV].split(",")
 
     assert modules({}) == [VLLM_PROBE_MODULE, PACKED_ATTENTION_MODULE]
@@ -125,4 +125,4 @@ def test_the_cpu_platform_names_the_probe_first_and_keeps_other_modules() -> Non
 
 
 def test_the_cpu_platform_starts_ray_without_its_dashboard() -> None:
-    assert f"{RL_RAY_DASHBOARD_KEY}=False" in CpuPlatform().verl_overrides("rl")
+    assert f"{RL_RAY_DASHBOARD_KEY}=False" in CpuPlatform().verl_overrides("rl", stacks.REFERENCE)

@@ -156,8 +156,8 @@ def test_named_records_exist() -> None:
 
 def test_the_32b_checkpoint_is_the_dry_runs_number() -> None:
     """One size for a 32B actor checkpoint, wherever quoted: the dry run's `checkpoint disk` row computes it."""
-    from recipes.launch.budget import CKPT_BYTES_PER_PARAM, human
-    from recipes.launch.catalog import QWEN25_32B
+    from recipes.launch.run_inputs.catalog import QWEN25_32B
+    from recipes.launch.sizing.budget import CKPT_BYTES_PER_PARAM, human
 
     size = human(QWEN25_32B.parameters * CKPT_BYTES_PER_PARAM)  # what the dry run prints: "393.2 GB"
     quoting = {

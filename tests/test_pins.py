@@ -9,6 +9,7 @@ from kit_testing import REPO_ROOT
 
 from platforms import pins
 from platforms.cli_errors import EXIT_USAGE, UsageError
+from platforms.stacks import REFERENCE
 
 
 def test_bash_and_python_read_the_same_pins() -> None:
@@ -21,14 +22,14 @@ def test_bash_and_python_read_the_same_pins() -> None:
 
 
 def test_required_pins_present() -> None:
-    assert pins.get("VERL_VERSION") == "0.6.1"
-    assert pins.get("VLLM_ASCEND_TAG_A2") == "v0.11.0"
-    assert pins.get("VLLM_ASCEND_TAG_A3") == "v0.11.0-a3"
-    assert pins.get("CANN_VERSION") == "8.3.RC2"
-    assert pins.get("NPU_TORCH_VERSION") == "2.7.1"
-    assert pins.get("TORCH_NPU_VERSION") == "2.7.1"
-    assert len(pins.get("VERL_SDIST_SHA256")) == 64
-    reqs = pins.python_requirements()
+    assert REFERENCE.pin("VERL_VERSION") == "0.6.1"
+    assert REFERENCE.pin("VLLM_ASCEND_TAG_A2") == "v0.11.0"
+    assert REFERENCE.pin("VLLM_ASCEND_TAG_A3") == "v0.11.0-a3"
+    assert REFERENCE.pin("CANN_VERSION") == "8.3.RC2"
+    assert REFERENCE.pin("NPU_TORCH_VERSION") == "2.7.1"
+    assert REFERENCE.pin("TORCH_NPU_VERSION") == "2.7.1"
+    assert len(REFERENCE.pin("VERL_SDIST_SHA256")) == 64
+    reqs = REFERENCE.python_requirements()
     assert reqs["transformers"].startswith("4.57.")
     assert int(reqs["numpy"].split(".")[0]) < 2
 
@@ -36,7 +37,7 @@ def test_required_pins_present() -> None:
 def test_installed_packages_match_pins() -> None:
     import importlib.metadata as md
 
-    for name, version in pins.python_requirements().items():
+    for name, version in REFERENCE.python_requirements().items():
         assert md.version(name) == version, f"{name}: installed {md.version(name)}, pinned {version}"
 
 
@@ -50,8 +51,8 @@ def test_parser_rejects_what_bash_and_python_would_read_differently(bad: str) ->
 
 
 def test_a_damaged_pins_file_is_a_usage_error_naming_the_line() -> None:
-    """The image scripts (platform/images.py, recipes/launch/containers.py) print a UsageError as one line, exit 2:
-    a damaged pins.env must be one, not a bare ValueError that ends in a traceback."""
+    """The image scripts (platform/images.py, the launcher's cluster/containers.py) print a UsageError as one line,
+    exit 2: a damaged pins.env must be one, not a bare ValueError that ends in a traceback."""
     with pytest.raises(UsageError) as caught:
         pins.parse("A=1\nbroken line")
     assert caught.value.exit_code == EXIT_USAGE
@@ -60,8 +61,12 @@ def test_a_damaged_pins_file_is_a_usage_error_naming_the_line() -> None:
 
 def test_no_version_pin_is_written_outside_pins_env() -> None:
     """The pinned versions must not be repeated in the kit's scripts, configs or Dockerfiles."""
-    needles = {pins.get("VERL_SDIST_SHA256"), pins.get("TORCH_NPU_VERSION"), pins.get("CANN_VERSION")}
-    needles |= {f"=={v}" for v in pins.python_requirements().values()}
+    needles = {
+        REFERENCE.pin("VERL_SDIST_SHA256"),
+        REFERENCE.pin("TORCH_NPU_VERSION"),
+        REFERENCE.pin("CANN_VERSION"),
+    }
+    needles |= {f"=={v}" for v in REFERENCE.python_requirements().values()}
     files = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
         cwd=REPO_ROOT,

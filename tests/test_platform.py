@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from platforms.stacks import REFERENCE
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # importlib mode does not put the rootdir on sys.path
     sys.path.insert(0, str(REPO_ROOT))
@@ -31,7 +33,7 @@ OUTSIDE_THE_LAYER = ("pins.py", "cli_errors.py", "ascend_probe.py")
 
 
 def preset(phase: str, hw: str) -> list[EnvVar]:
-    return plat.get_profile(hw).env(phase)
+    return plat.get_profile(hw).env(phase, REFERENCE)
 
 
 def known_bad_combinations(env: dict[str, str], phase: str, hw: str) -> list[str]:
@@ -269,7 +271,7 @@ def test_cpu_torch_module() -> None:
 
 
 def test_rl_overrides_cpu() -> None:
-    overrides = plat.CPU.verl_overrides("rl")
+    overrides = plat.CPU.verl_overrides("rl", REFERENCE)
     assert overrides[0] == "trainer.device=cpu"
     for expected in (
         "actor_rollout_ref.actor.strategy=fsdp2",
@@ -283,7 +285,7 @@ def test_rl_overrides_cpu() -> None:
 
 
 def test_sft_overrides_cpu_use_sft_keys() -> None:
-    overrides = plat.CPU.verl_overrides("sft")
+    overrides = plat.CPU.verl_overrides("sft", REFERENCE)
     assert overrides == [
         "trainer.device=cpu",
         "model.strategy=fsdp2",
@@ -298,7 +300,7 @@ def test_sft_overrides_cpu_use_sft_keys() -> None:
 def test_cpu_computes_in_fp32_accelerators_in_bf16() -> None:
     assert plat.CPU.compute_dtype == "fp32"
     assert plat.NPU.compute_dtype == plat.CUDA.compute_dtype == plat.VERL_DEFAULT_DTYPE == "bf16"
-    rl = plat.CPU.dtype_overrides("rl")
+    rl = plat.CPU.dtype_overrides("rl", REFERENCE)
     for role in ("actor", "ref"):
         assert f"actor_rollout_ref.{role}.fsdp_config.dtype=float32" in rl
         for field in ("param_dtype", "reduce_dtype", "buffer_dtype"):
@@ -307,17 +309,17 @@ def test_cpu_computes_in_fp32_accelerators_in_bf16() -> None:
     # accelerators keep verl's bf16 defaults: no dtype override at all
     for platform in (plat.NPU, plat.CUDA):
         for phase in PHASES:
-            assert platform.dtype_overrides(phase) == []
-            assert not any("dtype" in o for o in platform.verl_overrides(phase))
+            assert platform.dtype_overrides(phase, REFERENCE) == []
+            assert not any("dtype" in o for o in platform.verl_overrides(phase, REFERENCE))
 
 
 def test_npu_overrides() -> None:
-    rl = plat.NPU.verl_overrides("rl")
+    rl = plat.NPU.verl_overrides("rl", REFERENCE)
     assert "trainer.device=npu" in rl and "actor_rollout_ref.actor.use_torch_compile=False" in rl
     assert not any("sdpa" in o or "num_cpus" in o or "strategy" in o for o in rl)
-    assert plat.NPU.verl_overrides("sft") == ["trainer.device=npu"]
+    assert plat.NPU.verl_overrides("sft", REFERENCE) == ["trainer.device=npu"]
     with pytest.raises(ValueError, match="sft, rl"):
-        plat.NPU.verl_overrides("ppo")
+        plat.NPU.verl_overrides("ppo", REFERENCE)
 
 
 @pytest.mark.parametrize("phase", PHASES)
@@ -325,7 +327,7 @@ def test_npu_overrides() -> None:
 def test_overrides_cli(phase: str, hw: str) -> None:
     proc = _cli("overrides", "--phase", phase, "--hw", hw)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == plat.PROFILES[hw].platform.verl_overrides(phase)
+    assert proc.stdout.splitlines() == plat.PROFILES[hw].platform.verl_overrides(phase, REFERENCE)
 
 
 def test_hardware_profiles() -> None:
@@ -439,7 +441,7 @@ def test_env_cli_sources_in_bash(tmp_path: Path, phase: str, hw: str) -> None:
     for entry in preset(phase, hw):  # leftovers from the user's shell: unset entries must really go away
         env[entry.name] = "stale" if entry.value is None else "wrong"
     # what the kit recommends for that shell (an existing LD_PRELOAD is kept after the CPU allocator, say)
-    entries = plat.get_profile(hw).env(phase, env)
+    entries = plat.get_profile(hw).env(phase, REFERENCE, env)
     dump = f"{sys.executable} -c 'import json, os; print(json.dumps(dict(os.environ)))'"
     cmd = f"{sys.executable} -m platforms env --phase {phase} --hw {hw}"
     sourced = _bash(f"set -e; source <({cmd}); {dump}", env)
@@ -576,18 +578,17 @@ def test_facts() -> None:
     facts = json.loads(proc.stdout)
     assert facts["platform"] == "npu" and facts["devices_per_node"] == 16 and facts["ray_resource"] == "NPU"
     assert facts["dockerfile"] == "docker/Dockerfile.npu"
-    from platforms import pins
 
-    assert facts["base_image"] == f"{pins.get('VLLM_ASCEND_IMAGE')}:{pins.get('VLLM_ASCEND_TAG_A3')}"
-    assert facts["image"] == f"retool-npu-kit:{pins.get('VLLM_ASCEND_TAG_A3')}"
+    assert facts["base_image"] == f"{REFERENCE.pin('VLLM_ASCEND_IMAGE')}:{REFERENCE.pin('VLLM_ASCEND_TAG_A3')}"
+    assert facts["image"] == f"retool-npu-kit:{REFERENCE.pin('VLLM_ASCEND_TAG_A3')}"
     assert facts["socket_ifname_vars"].split() == ["HCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME"]
     cuda = json.loads(_cli("facts", "--hw", "cuda", "--json").stdout)
-    assert cuda["image"] == f"retool-npu-kit:cuda-{pins.get('VLLM_CUDA_TAG')}"
+    assert cuda["image"] == f"retool-npu-kit:cuda-{REFERENCE.pin('VLLM_CUDA_TAG')}"
     assert "NCCL_SOCKET_IFNAME" in cuda["socket_ifname_vars"]
     cpu = json.loads(_cli("facts", "--hw", "cpu", "--json").stdout)
     assert cpu["devices_per_node"] is None and cpu["dockerfile"] == "docker/Dockerfile.cpu"
-    assert cpu["image"] == f"retool-npu-kit:cpu-{pins.get('CPU_BASE_TAG')}"
-    assert cpu["base_image"] == f"{pins.get('CPU_BASE_IMAGE')}:{pins.get('CPU_BASE_TAG')}"
+    assert cpu["image"] == f"retool-npu-kit:cpu-{REFERENCE.pin('CPU_BASE_TAG')}"
+    assert cpu["base_image"] == f"{REFERENCE.pin('CPU_BASE_IMAGE')}:{REFERENCE.pin('CPU_BASE_TAG')}"
 
 
 def test_ray_start_args_and_kernel_backends() -> None:
@@ -605,7 +606,7 @@ def test_cpu_allocator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("platforms.cpu.TCMALLOC_CANDIDATES", (str(tmp_path / "missing.so"), str(lib)))
 
     def preload(environ: dict[str, str]) -> str | None:
-        return {e.name: e.value for e in plat.CPU.env("sft", environ)}.get("LD_PRELOAD")
+        return {e.name: e.value for e in plat.CPU.env("sft", REFERENCE, environ)}.get("LD_PRELOAD")
 
     assert preload({}) == str(lib)
     assert preload({"LD_PRELOAD": "/opt/other.so"}) == f"{lib}:/opt/other.so"  # kept, after tcmalloc

@@ -19,6 +19,7 @@ from platforms.cli import build_parser as platform_parser
 from platforms.cli import profiles_help
 from platforms.images import build_parser as images_parser
 from platforms.images import image_profiles
+from platforms.stacks import REFERENCE
 from recipes.launch.cli import build_parser as launch_parser
 from recipes.launch.cli import build_run_parser
 
@@ -120,7 +121,7 @@ def test_cli_choices_and_help_come_from_the_registry() -> None:
     assert all(f"{p.name} ({p.devices_per_node} x" in profiles_help() for p in PROFILES.values() if p.devices_per_node)
     for text in (run_help, launch_parser().format_help(), platform_parser().format_help()):
         assert all(name in text for name in PROFILES), text
-    build_help = images_parser("docker/build.sh").format_help()
+    build_help = images_parser("docker/build.sh", REFERENCE).format_help()
     assert "{" + ",".join(p.name for p in image_profiles()) + "}" in build_help
 
 
@@ -145,7 +146,7 @@ def test_images_page_has_every_image() -> None:
     for profile in image_profiles():
         assert profile.image is not None
         assert profile.name in shown, f"docs/images.md has no docker/build.sh --hw {profile.name} line"
-    tags = {profile.name: profile.image.kit_tag for profile in image_profiles() if profile.image is not None}
+    tags = {profile.name: profile.image.kit_tag(REFERENCE) for profile in image_profiles() if profile.image is not None}
     for page, text in (("README.md", README), ("docs/images.md", IMAGES_PAGE)):
         for name, tag in BUILD_LINE.findall(text):
             assert tags.get(name) == tag, (

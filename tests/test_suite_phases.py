@@ -98,6 +98,9 @@ def _fake_kit(root: Path, rc_quick: int, rc_alone: int) -> dict[str, str]:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO_ROOT / name, root / name)
     shutil.copytree(REPO_ROOT / "patches", root / "patches")
+    # the shell's stacks come from the one resolver (scripts/lib/stack.sh runs `python -m platforms stack`), whose
+    # folders are the copy's own
+    shutil.copytree(REPO_ROOT / "platforms", root / "platforms", ignore=shutil.ignore_patterns("__pycache__"))
     tools = root / "tools"
     tools.mkdir()
     (tools / "bwrap").write_text("#!/bin/sh\nexit 0\n")

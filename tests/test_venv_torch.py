@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, free_port
 
+from platforms import stacks
+
 STUB = """#!/usr/bin/env bash
 # stub interpreter: record pip calls, fake `import torch`, run everything else with the real Python
 if [[ $1 == -m && $2 == pip ]]; then
@@ -88,9 +90,8 @@ def test_default_index_is_pytorch_cpu() -> None:
 def test_reachable_cpu_index_is_used(tmp_path: Path, index_url: str) -> None:
     proc, calls = _install(tmp_path, index_url)
     assert proc.returncode == 0, proc.stderr
-    from platforms import pins
 
-    version = pins.get("CPU_TORCH_VERSION")
+    version = stacks.REFERENCE.pin("CPU_TORCH_VERSION")
     assert calls == [f"pip install --quiet --index-url {index_url} torch=={version}"]
     assert "== torch 2.8.0+cpu (CPU build)" in proc.stdout
     assert "WARNING" not in proc.stderr

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from kit_testing import kit_env, require_vllm, tiny_model_dir, vllm_server
 
-from platforms import CPU, CUDA, NPU, pins, vllm_cpu
+from platforms import CPU, CUDA, NPU, stacks, vllm_cpu
 from platforms.base import RL_PREFIX_CACHING_KEY, RL_ROLLOUT_NAME_KEY, RL_VLLM_SLEEP_MODE_KEY
 
 
@@ -37,10 +37,10 @@ def test_alias_wheel_is_a_valid_metadata_only_wheel(tmp_path: Path) -> None:
 
 def test_the_venv_carries_vllms_cpu_build_under_both_names() -> None:
     require_vllm()
-    version = pins.get("VLLM_VERSION")
-    assert importlib.metadata.version(pins.get("VLLM_CPU_DIST")) == version
+    version = stacks.REFERENCE.pin("VLLM_VERSION")
+    assert importlib.metadata.version(stacks.REFERENCE.pin("VLLM_CPU_DIST")) == version
     assert importlib.metadata.version("vllm") == f"{version}+cpu"  # what vLLM's platform detection looks for
-    engine = CPU.rollout_engine()
+    engine = CPU.rollout_engine(stacks.REFERENCE)
     assert (engine.name, engine.version) == ("vllm", f"{version}+cpu"), engine
 
 
@@ -52,7 +52,7 @@ def test_vllm_detects_its_cpu_platform_and_verl_accepts_the_version() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], env=kit_env(), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[-2:] == ["cpu", f"{pins.get('VLLM_VERSION')}+cpu"], out.stdout
+    assert out.stdout.split()[-2:] == ["cpu", f"{stacks.REFERENCE.pin('VLLM_VERSION')}+cpu"], out.stdout
 
 
 def test_requirements_leave_out_only_what_the_venv_pins() -> None:
@@ -72,15 +72,15 @@ def test_engine_falls_back_to_hf_with_a_reason(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(vllm_cpu.platform, "machine", lambda: "aarch64")
     assert "no aarch64 wheel" in vllm_cpu.engine().note
     monkeypatch.setattr(vllm_cpu, "engine", lambda: engine)
-    assert f"{RL_ROLLOUT_NAME_KEY}=hf" in CPU.verl_overrides("rl")
+    assert f"{RL_ROLLOUT_NAME_KEY}=hf" in CPU.verl_overrides("rl", stacks.REFERENCE)
 
 
 def test_sleep_mode_and_prefix_caching_are_off_on_cpu_only() -> None:
-    cpu = CPU.verl_overrides("rl")
+    cpu = CPU.verl_overrides("rl", stacks.REFERENCE)
     assert f"{RL_VLLM_SLEEP_MODE_KEY}=False" in cpu and "actor_rollout_ref.rollout.enforce_eager=True" in cpu
     assert f"{RL_PREFIX_CACHING_KEY}=False" in cpu  # IPEX's decode kernel (tests/cpu/test_cpu_grpo_prefix_groups.py)
     for platform in (NPU, CUDA):  # vLLM's sleep mode is what frees the device for training there: keep verl's
-        overrides = platform.verl_overrides("rl")
+        overrides = platform.verl_overrides("rl", stacks.REFERENCE)
         changed = ("enable_sleep_mode", RL_ROLLOUT_NAME_KEY, RL_PREFIX_CACHING_KEY)
         assert not [o for o in overrides if any(key in o for key in changed)], overrides
 

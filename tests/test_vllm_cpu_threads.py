@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from platforms import vllm_cpu_threads
+from platforms import stacks, vllm_cpu_threads
 from platforms.base import RL_EXTERNAL_LIB_KEY
 from platforms.cpu import VLLM_UNPIN_MODULE, CpuPlatform
 
@@ -75,12 +75,12 @@ def test_without_the_wrapper_the_threads_stay_pinned() -> None:
 def test_the_cpu_platform_names_the_module_only_for_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
     platform = CpuPlatform()
     hook = f"{RL_EXTERNAL_LIB_KEY}={VLLM_UNPIN_MODULE}"
-    if platform.rollout_engine().name == "vllm":
-        assert hook in platform.rollout_overrides()
+    if platform.rollout_engine(stacks.REFERENCE).name == "vllm":
+        assert hook in platform.rollout_overrides(stacks.REFERENCE)
     from platforms import vllm_cpu
 
     monkeypatch.setattr(vllm_cpu, "engine", lambda: vllm_cpu.RolloutEngine("hf", None, "no vLLM here"))
-    assert hook not in CpuPlatform().rollout_overrides()
+    assert hook not in CpuPlatform().rollout_overrides(stacks.REFERENCE)
     __import__(VLLM_UNPIN_MODULE)  # the name verl's import_external_libs imports exists
 
 

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Sourced, not run, by docker/build.sh and docker/run_*.sh. They run on the host, where the kit's Python composes the
-# docker command (platforms/images.py, recipes/launch/containers.py: standard library only, so any
+# docker command (platforms/images.py, recipes/launch/cluster/containers.py: standard library only, so any
 # python3 >= 3.9 will do, no venv needed) from the platform's facts; the scripts themselves hold none.
 # Expects KIT_ROOT.
 # shellcheck source=../../scripts/lib/kit_python.sh

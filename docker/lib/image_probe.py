@@ -3,8 +3,8 @@
 * the sandbox as the recipes start it (``python -m sandbox serve`` on loopback): which isolation it could set up
   inside this container (bubblewrap needs namespaces a container's default seccomp profile may deny), and a real
   ``print(6 * 7)`` through it;
-* the checkpoint rule of the launcher (recipes/launch/paths.py ``check_ckpt_dir``): a folder under the mounted
-  ``CKPT_ROOT`` passes, one on the container's own filesystem is refused;
+* the checkpoint rule of the launcher (recipes/launch/run_inputs/paths.py ``check_ckpt_dir``): a folder under the
+  mounted ``CKPT_ROOT`` passes, one on the container's own filesystem is refused;
 * a file written under ``CKPT_ROOT``, which the host then looks for after ``--rm``.
 """
 
@@ -69,7 +69,7 @@ def sandbox_facts() -> dict:
 
 
 def checkpoint_facts() -> dict:
-    from recipes.launch.paths import check_ckpt_dir
+    from recipes.launch.run_inputs.paths import check_ckpt_dir
 
     mounted = Path(os.environ["CKPT_ROOT"]) / "probe-run"
     mounted.mkdir(parents=True, exist_ok=True)

@@ -223,8 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
 @entry_point("retool-doctor")
 def main(argv: Sequence[str] | None = None, probes: Probes | None = None) -> int:
     args = build_parser().parse_args(argv)
-    stacks.select(args.stack)  # the versions and the patch series are checked against this stack
     opts = Options(
+        stack=stacks.export(stacks.resolve(args.stack)),  # the versions and the patch series are held to this stack
         phase=args.phase,
         profile=args.profile,
         only=args.only,

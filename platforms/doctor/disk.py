@@ -2,8 +2,8 @@
 
 Why sized like the launcher's plan: issue 44 found the doctor FAILing on a fixed "need 100 GB" where the dry run of
 the same run said ~234 MB a checkpoint (the smoke's tiny model). A verl FSDP checkpoint holds the fp32 parameters
-and AdamW's two fp32 moments, ~12 bytes a parameter (recipes/launch/budget.py, ``CKPT_BYTES_PER_PARAM``), and the
-plan counts the parameters from the model's config.json (recipes/launch/memory.py ``facts_from_config``, recipes/
+and AdamW's two fp32 moments, ~12 bytes a parameter (recipes/launch/sizing/budget.py, ``CKPT_BYTES_PER_PARAM``), and the
+plan counts the parameters from the model's config.json (recipes/launch/sizing/memory.py ``facts_from_config``, recipes/
 launch/catalog.py ``ModelFacts.parameters``). The doctor sits below the launcher (tests/test_import_graph.py: the
 platform layer imports no recipe code), so it repeats that arithmetic here on the ``--model`` folder's config.json,
 and tests/doctor/test_issue44_ckpt_disk.py holds the two to the same bytes. Without ``--model`` (and without

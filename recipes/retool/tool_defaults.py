@@ -1,5 +1,5 @@
 """The code-interpreter tool's config defaults, defined once: the tool (:mod:`recipes.retool.tool`), its client
-(:mod:`recipes.retool.sandbox_client`) and the launcher's sandbox-capacity check (:mod:`recipes.launch.capacity`)
+(:mod:`recipes.retool.sandbox_client`) and the launcher's sandbox-capacity check (:mod:`recipes.launch.sizing.capacity`)
 read them from here. Stdlib only, so the launcher can count a tool config's requests without importing verl (which
 ``tool.py`` does).
 """

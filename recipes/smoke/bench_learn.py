@@ -48,8 +48,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from platforms import stacks
+from platforms.cli import add_stack_option
 from platforms.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point
-from recipes.launch.process_group import kill_group
+from platforms.stacks import Stack
+from recipes.launch.supervision.process_group import kill_group
 from recipes.smoke.report import reusable_sft_problem
 from recipes.smoke.sabotage import MARKER, SABOTAGES, switched_on
 from recipes.smoke.supervisor import KIT_ROOT, exit_on_signals, popen_tied
@@ -77,17 +80,21 @@ class Run:
         return {**environ, **self.changes}
 
 
-def plan(out: Path, seed: int, *, force: bool = False, environ: Mapping[str, str] | None = None) -> list[Run]:
-    """Every run of the bench, shipped first; the sabotage runs start from the shipped run's SFT (``--from-sft``)."""
+def plan(
+    out: Path, seed: int, stack: Stack, *, force: bool = False, environ: Mapping[str, str] | None = None
+) -> list[Run]:
+    """Every run of the bench on ``stack`` (each smoke.sh gets its ``--stack``; a sabotage's reward goes to that
+    stack's key), shipped first; the sabotage runs start from the shipped run's SFT (``--from-sft``)."""
     environ = os.environ if environ is None else environ
 
     def argv(name: str, *extra: str) -> list[str]:
         replace = ["--force"] if force else []
-        return ["bash", str(SMOKE_SH), "--learn", "--out", str(out / name), "--seed", str(seed), *replace, *extra]
+        words = ["bash", str(SMOKE_SH), *stack.cli_option.split(), "--learn", "--out", str(out / name)]
+        return [*words, "--seed", str(seed), *replace, *extra]
 
     runs = [Run(SHIPPED, "nothing (as shipped)", LEARNED, out / SHIPPED, argv(SHIPPED), {}, None)]
     for sabotage in SABOTAGES:
-        overrides = [word for override in sabotage.rl_overrides for word in ("--rl-override", override)]
+        overrides = [word for override in sabotage.rl_overrides(stack) for word in ("--rl-override", override)]
         command = argv(sabotage.name, "--from-sft", str(out / SHIPPED), *overrides)
         changes = {k: v for k, v in sabotage.environment(environ).items() if environ.get(k) != v}
         runs.append(
@@ -312,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--force", action="store_true", help="replace the chosen runs' folders when not empty")
     parser.add_argument("--dry-run", action="store_true", help="print what each run would change; start nothing")
+    add_stack_option(parser)
     return parser
 
 
@@ -361,8 +369,9 @@ def default_out() -> Path:
 @entry_point("bench-learn")
 def main(argv: Sequence[str] | None = None, runner: Runner = run_smoke) -> int:
     args = build_parser().parse_args(argv)
+    stack = stacks.export(stacks.resolve(args.stack))  # once, here: every run and its reward key follow it
     out = (args.out or default_out()).resolve()
-    runs = plan(out, args.seed, force=args.force)
+    runs = plan(out, args.seed, stack, force=args.force)
     selected = [name for name in RUNS if not args.only or name in args.only]
     preflight(out, selected, args.force)
     if args.dry_run:

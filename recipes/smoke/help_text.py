@@ -1,26 +1,73 @@
-"""The main job's ``--help`` epilog (``bash scripts/smoke.sh --help``): what runs, where it runs, what it leaves,
-and how long it takes, each time naming its record in docs/measurements/ (tests/test_measurements.py holds them equal).
+"""The main job's ``--help`` epilog (``bash scripts/smoke.sh [--stack NAME] --help``): what runs, where it runs, what
+it leaves, and how long it takes on the stack asked for, each time naming its record in docs/measurements/
+(tests/test_measurements.py holds them equal; tests/smoke/test_cli.py checks the epilog of every stack).
 
-Apart from :mod:`recipes.smoke.cli` so that module stays about options and checks.
+Apart from :mod:`recipes.smoke.cli` so that module stays about options and checks. Standard library only: check-args
+answers ``--help`` with whatever python3 the machine has.
 """
 
-EPILOG = """\
-Stages: model -> data -> SFT -> merge -> tool-call check -> sandbox -> RL -> eval -> plots (-> learn), with the real
-trainers. Default: the learning check on SmolLM2-135M-Instruct (built from the pinned PyPI wheel once; 9.9 min on 2
-CPU cores, docs/measurements/learn_speed.yaml; judged: exit 1 with "did NOT learn" when validation accuracy and
-tool use do not rise); --fast/--tiny: the pipeline check on a tiny random model (no downloads). Prints a final
-table (stage, ok/failed, seconds, key metric) and writes OUT/summary.json; exits non-zero naming the failed stage.
-The sandbox and every trainer are stopped at the end whatever happens, and die with the run even if it is killed.
+from __future__ import annotations
 
-Platform: auto detects it (KIT_DEVICE forces one). On cpu the run uses the kit's .venv (built or updated first), or
-inside the kit's CPU image (docker/run_cpu.sh) the image's Python; on npu or cuda it uses this interpreter (the
-image's Python: KIT_PYTHON, else python3) with the platform's own hardware profile (KIT_HW, else this machine's),
-environment and one device, at the tiny "smoke" scale: a "does my stack work" check. --dry-run prints every
-command and its environment and starts nothing.
+from dataclasses import dataclass
 
-Artifacts: OUT/logs/<stage>.log, OUT/data/*.parquet, OUT/sft/{ckpt,hf_merged,tensorboard},
-OUT/rl/{ckpt,tensorboard,val_generations,rollouts}, OUT/eval/eval.{md,json}, OUT/plots/*.png, OUT/summary.json.
+from platforms.stacks import CURRENT, REFERENCE, Stack
+
+
+@dataclass(frozen=True)
+class Timings:
+    """What the main job took on one stack, as its records say: the learning check's wall time (with its record) and
+    the --fast pipeline check's paragraph (its figures, each followed by the record it comes from)."""
+
+    learn: str
+    fast: str
+
+
+#: The records per stack object (docs/measurements/: one file per run measured). A stack without one quotes the
+#: reference's, saying so.
+TIMINGS = {
+    REFERENCE: Timings(
+        learn="9.9 min on 2 CPU cores, docs/measurements/learn_speed.yaml",
+        fast="""\
 Measured with --fast on 2 CPU cores (fp32): 308 s, of which SFT 160 s (96 steps, 1.2 s/step) and RL 109 s (vLLM's
 CPU build, first step 96 s into the stage, then ~12 s a step: docs/measurements/fast_pipeline.yaml); the learning
-check: 9.9 min (docs/measurements/learn_speed.yaml; docs/main-job.md).
+check: 9.9 min (docs/measurements/learn_speed.yaml; docs/main-job.md).""",
+    ),
+    CURRENT: Timings(
+        learn="14.8 min on 2 CPU cores with --stack 0.9.1, docs/measurements/learn_091.yaml",
+        fast="""\
+Measured on stack 0.9.1 with --fast on 2 CPU cores (fp32): 519 s, of which SFT 242 s (96 steps, 2.0 s/step) and RL
+212 s (vLLM 0.23's CPU build, one trainer rank, first step 190 s into the stage, then ~15.8 s a step:
+docs/measurements/fast_091.yaml); the learning check: 14.8 min (docs/measurements/learn_091.yaml; docs/stacks.md).""",
+    ),
+}
+
+BODY = """\
+Stages: model -> data -> SFT -> merge -> tool-call check -> sandbox -> RL -> eval -> plots (-> learn), with the real
+trainers. Default: the learning check on SmolLM2-135M-Instruct (built from the pinned PyPI wheel once;
+{learn}),
+judged: exit 1 with "did NOT learn" when validation accuracy and tool use do not rise. --fast/--tiny: the pipeline
+check on a tiny random model (no downloads). Prints a final table (stage, ok/failed, seconds, key metric) and writes
+OUT/summary.json; exits non-zero naming the failed stage. The sandbox and every trainer are stopped at the end
+whatever happens, and die with the run even if it is killed.
+
+Platform: auto detects it (KIT_DEVICE forces one). On cpu the run uses the stack's venv ({venv}, built or updated
+first), or inside the kit's CPU image (docker/run_cpu.sh) the image's Python; on npu or cuda it uses this
+interpreter (the image's Python: KIT_PYTHON, else python3) with the platform's own hardware profile (KIT_HW, else
+this machine's), environment and one device, at the tiny "smoke" scale: a "does my stack work" check. --dry-run
+prints every command and its environment (the stack's KIT_STACK among it) and starts nothing.
+
+Artifacts: OUT/logs/<stage>.log, OUT/data/*.parquet, OUT/sft/{{ckpt,hf_merged,tensorboard}},
+OUT/rl/{{ckpt,tensorboard,val_generations,rollouts}}, OUT/eval/eval.{{md,json}}, OUT/plots/*.png, OUT/summary.json.
+{fast}
 """
+
+
+def epilog(stack: Stack) -> str:
+    """The epilog for ``stack``: its own measured times, or, where nothing was measured on it, the reference's
+    times said to be the reference's."""
+    timings = TIMINGS.get(stack)
+    if timings is None:
+        reference = TIMINGS[REFERENCE]
+        note = f"Not measured on stack {stack.name}; on the reference stack {REFERENCE.name}:\n"
+        timings = Timings(f"on stack {REFERENCE.name}: {reference.learn}", note + reference.fast)
+    return BODY.format(learn=timings.learn, fast=timings.fast, venv=stack.venv_name)

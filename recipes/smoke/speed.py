@@ -51,9 +51,10 @@ class RunSpeed:
 
 
 def parameters(model_dir: Path) -> int:
-    """The model's parameters from its config.json (the kit's shape formula, recipes.launch.catalog.ModelFacts)."""
-    from recipes.launch.catalog import RECIPES
-    from recipes.launch.memory import facts_for
+    """The model's parameters from its config.json (the kit's shape formula,
+    recipes.launch.run_inputs.catalog.ModelFacts)."""
+    from recipes.launch.run_inputs.catalog import RECIPES
+    from recipes.launch.sizing.memory import facts_for
 
     fallback = RECIPES["qwen3_4b_sft"].model
     shape = facts_for(str(model_dir), fallback)

@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import IO, Any
 
-from recipes.launch.process_group import kill_group
+from recipes.launch.supervision.process_group import kill_group
 from recipes.smoke.progress import Progress, StepClock, read_tail
 
 KIT_ROOT = Path(__file__).resolve().parents[2]

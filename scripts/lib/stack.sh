@@ -1,41 +1,58 @@
 # shellcheck shell=bash
-# Sourced, not run: the kit's stacks in shell, read from pins.env the way platforms/stacks.py reads them.
-#   kit_use_stack [NAME]: source pins.env; NAME (default: $KIT_STACK, else pins.env's KIT_DEFAULT_STACK) must be one of
-#   KIT_STACKS; the stack's V<digits>_ keys then stand in for the plain ones (V091_VERL_VERSION -> VERL_VERSION), and
-#   KIT_STACK, KIT_VENV (the stack's venv), KIT_VERL_TREE (its patched verl) and KIT_PATCH_DIR (its series) are set.
-#   Returns 2, with one line, for an unknown name.
+# Sourced, not run: the kit's stacks in shell. The shell keeps no reader of its own: `python -m platforms stack` (the
+# one resolver, platforms/stacks.py) prints the chosen stack as assignments, and this evaluates them, so shell and
+# Python decide the stack by one rule (the --stack flag, else KIT_STACK, else the stack whose verl the interpreter
+# has, else pins.env's KIT_DEFAULT_STACK) and see the same pins.
+#   kit_use_stack [NAME]: NAME is a --stack value (kit_stack_option). Sets every pin of the stack (VERL_VERSION, ...),
+#   KIT_STACK, KIT_VENV (its venv), KIT_VERL_TREE (its patched verl), KIT_PATCH_DIR (its series), KIT_STACK_TESTS
+#   (its own tests; empty: the whole suite), KIT_STACKS and KIT_DEFAULT_STACK. A bad name (flag or KIT_STACK): one
+#   line, status 2.
 # Expects KIT_ROOT.
 
-kit_use_stack() {
-  # shellcheck source=../../pins.env
-  source "$KIT_ROOT/pins.env"
-  local name=${1:-${KIT_STACK:-$KIT_DEFAULT_STACK}} known=0 stack key prefix
-  for stack in $KIT_STACKS; do [[ $stack == "$name" ]] && known=1; done
-  if ((!known)); then
-    echo "kit: error: unknown stack '$name' (choose one of: $KIT_STACKS; pins.env KIT_STACKS)" >&2
-    return 2
-  fi
-  export KIT_STACK=$name
-  if [[ $name == "$KIT_DEFAULT_STACK" ]]; then
-    KIT_VENV=$KIT_ROOT/.venv KIT_VERL_TREE=$KIT_ROOT/build/verl KIT_PATCH_DIR=$KIT_ROOT/patches
+# kit_stack_python: the interpreter the user would run (KIT_PYTHON, else the active venv's, else python3): the
+# stack whose verl it has is the one a command given no --stack and no KIT_STACK serves. The resolver imports only
+# the standard library, so any python3 answers.
+kit_stack_python() {
+  if [[ -n ${KIT_PYTHON:-} ]]; then
+    echo "$KIT_PYTHON"
+  elif [[ -n ${VIRTUAL_ENV:-} && -x $VIRTUAL_ENV/bin/python ]]; then
+    echo "$VIRTUAL_ENV/bin/python"
   else
-    prefix="V${name//./}_"
-    for key in $(compgen -v "$prefix"); do printf -v "${key#"$prefix"}" '%s' "${!key}"; done
-    KIT_VENV=$KIT_ROOT/.venv-$name KIT_VERL_TREE=$KIT_ROOT/build/verl-$name KIT_PATCH_DIR=$KIT_ROOT/patches/$name
+    echo python3
   fi
-  export KIT_VERL_TREE KIT_PATCH_DIR
-  # the stack's venv, for the caller (venv.sh, kit_python.sh): not exported, so a child picks its own stack's
-  : "$KIT_VENV"
 }
 
-# kit_stack_option "$@": the value of a --stack NAME / --stack=NAME among the arguments (empty when absent); the
-# caller keeps its own argument parsing and passes the option on.
+kit_use_stack() {
+  local view flag=() me=${0##*/} py
+  py=$(kit_stack_python)
+  if ! command -v "$py" >/dev/null; then
+    echo "$me: error: no Python '$py' to resolve the stack with (set KIT_PYTHON, or activate a venv)" >&2
+    return 2
+  fi
+  [[ -n ${1:-} ]] && flag=(--stack "$1")
+  [[ -n ${KIT_STACK:-} ]] && export KIT_STACK # the resolver reads it from its environment
+  # stdout (the assignments) is captured; stderr (a usage error) is relabelled with the script the user ran
+  view=$({ PYTHONPATH="$KIT_ROOT${PYTHONPATH:+:$PYTHONPATH}" "$py" -m platforms stack "${flag[@]}" \
+    2>&1 1>&3 3>&- | sed "s|^python -m platforms: |$me: |" >&2; } 3>&1) || true
+  [[ $view == *KIT_STACK=* ]] || return 2 # the resolver said why, in one line
+  eval "$view"
+  # shellcheck disable=SC2034 # the callers read them: named here for the reader and for lint
+  declare -g KIT_STACKS KIT_DEFAULT_STACK KIT_STACK_TESTS KIT_VENV
+  # KIT_VENV, the stack's venv, stays the caller's (venv.sh, kit_python.sh): not exported, so a child picks its own
+  # stack's
+  export KIT_STACK KIT_VERL_TREE KIT_PATCH_DIR
+}
+
+# kit_stack_option "$@": the value of --stack NAME / --stack=NAME among the arguments, the last one as argparse takes
+# it (platforms.stacks.flag_in); empty when absent. The caller keeps its own argument parsing and passes it on.
 kit_stack_option() {
+  local found=""
   while (($#)); do
     case $1 in
-      --stack) echo "${2:-}"; return 0 ;;
-      --stack=*) echo "${1#--stack=}"; return 0 ;;
+      --stack) found=${2:-}; (($# > 1)) && shift ;;
+      --stack=*) found=${1#--stack=} ;;
     esac
     shift
   done
+  echo "$found"
 }

@@ -1,18 +1,19 @@
 # shellcheck shell=bash
 # The stack's venv shared by the test command and the main job (.venv for the reference stack, .venv-<stack> for
 # the other). Sourced, not run: defines kit_ensure_venv, which creates it at the repo root when missing and
-# (re)installs only when an input changed. Expects KIT_ROOT and the stack's pins and paths (kit_use_stack,
-# scripts/lib/stack.sh); without them, the default stack's.
+# (re)installs only when an input changed. Expects KIT_ROOT; serves KIT_STACK (set by the caller's kit_use_stack,
+# scripts/lib/stack.sh), else the stack the resolver picks (the active venv's verl, else the default).
 
 # shellcheck source=stack.sh
 source "$KIT_ROOT/scripts/lib/stack.sh"
-kit_use_stack "${KIT_STACK:-}" # sets KIT_VENV, KIT_VERL_TREE, KIT_PATCH_DIR and the stack's pins
+kit_use_stack "" || return 2 # no flag: KIT_STACK (the caller's); sets KIT_VENV, KIT_VERL_TREE, KIT_PATCH_DIR, the pins
 KIT_PYTHON="$KIT_VENV/bin/python"
 
 _kit_stamp() {
-  # Everything that decides what the venv holds; a change means a reinstall.
+  # Everything that decides what the venv holds (the stack's pins are pins.env's, read by platforms/pins.py); a
+  # change means a reinstall.
   { echo "$KIT_STACK" && cat "$KIT_ROOT/pins.env" "$KIT_ROOT/pyproject.toml" "$KIT_ROOT/scripts/setup_verl.sh" \
-    "$KIT_ROOT/scripts/lib/venv.sh" "$KIT_ROOT/scripts/lib/stack.sh" "$KIT_PATCH_DIR"/*.patch; } |
+    "$KIT_ROOT/scripts/lib/venv.sh" "$KIT_PATCH_DIR"/*.patch; } |
     sha256sum | cut -d' ' -f1
 }
 

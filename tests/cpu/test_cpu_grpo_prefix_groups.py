@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from kit_testing import require_vllm, step_metrics, tiny_model_dir, trainer_env
+from kit_testing import interpreter_stack, require_vllm, step_metrics, tiny_model_dir, trainer_env
 
 from platforms import CPU
 from platforms.base import RL_PREFIX_CACHING_KEY
@@ -66,7 +66,7 @@ def _assets(root: Path) -> tuple[Path, Path]:
 
 def grpo_overrides(data: Path, reward: Path, ckpt: Path) -> list[str]:
     return [
-        *CPU.verl_overrides("rl"),
+        *CPU.verl_overrides("rl", interpreter_stack()),
         "algorithm.adv_estimator=grpo",
         f"data.train_files={data}",
         f"data.val_files={data}",
@@ -105,7 +105,9 @@ def grpo_overrides(data: Path, reward: Path, ckpt: Path) -> list[str]:
 
 def test_grpo_groups_without_a_shared_first_block(tmp_path: Path) -> None:
     require_vllm()
-    assert f"{RL_PREFIX_CACHING_KEY}=False" in CPU.verl_overrides("rl"), "the cpu platform no longer turns it off"
+    assert f"{RL_PREFIX_CACHING_KEY}=False" in CPU.verl_overrides("rl", interpreter_stack()), (
+        "the cpu platform no longer turns it off"
+    )
     data, reward = _assets(tmp_path)
     overrides = grpo_overrides(data, reward, tmp_path / "ckpt")
     if os.environ.get("KIT_TEST_PREFIX_CACHING") == "1":

@@ -3,11 +3,11 @@ verl's vLLM async server (vLLM's CPU build), the engine NPU and GPU runs use.
 
 (a) sync: ``rollout.name=hf rollout.mode=sync``, 2 FSDP2 worker processes (``trainer.n_gpus_per_node=2`` counts
     processes on CPU), KL loss (so a ref model is built), 3 steps under the launcher's restart supervisor
-    (``--max-restarts 2``, recipes/launch/restart.py), two faults injected (issue 20): once checkpoint 1 is complete
-    an FSDP worker actor is SIGKILLed, and the driver must exit non-zero within a bound naming the dead actor (fault
-    (f)); once checkpoint 2 is complete the driver itself is SIGKILLed (fault (a)). Each time the supervisor cleans
-    up and relaunches with ``trainer.resume_mode=auto``, which resumes from the newest checkpoint; the run ends at
-    step 3. The hf rollout stays the fallback where vLLM cannot install.
+    (``--max-restarts 2``, recipes/launch/supervision/restart.py), two faults injected (issue 20): once checkpoint 1
+    is complete an FSDP worker actor is SIGKILLed, and the driver must exit non-zero within a bound naming the dead
+    actor (fault (f)); once checkpoint 2 is complete the driver itself is SIGKILLed (fault (a)). Each time the
+    supervisor cleans up and relaunches with ``trainer.resume_mode=auto``, which resumes from the newest checkpoint;
+    the run ends at step 3. The hf rollout stays the fallback where vLLM cannot install.
 (b) async: ``rollout.mode=async`` with the agent loop (``tool_agent``, hermes format, a native tool), remove-padding
     and rollout log-probs, 2 steps, the rollout engine the cpu platform picks (vLLM; 2 replicas, one per rank). A
     random tiny model never emits a tool call, so tool execution itself is not exercised here (only the
@@ -40,11 +40,11 @@ from pathlib import Path
 
 import pytest
 from kit_cpu_ppo import common_overrides, ppo_env, run_ppo
-from kit_testing import REPO_ROOT, kit_env, run_kit_script, step_metrics, tiny_model_dir
+from kit_testing import REPO_ROOT, interpreter_stack, kit_env, run_kit_script, step_metrics, tiny_model_dir
 from omegaconf import OmegaConf
 
 from platforms import CPU
-from recipes.launch import trace
+from recipes.launch.supervision import trace
 from recipes.retool.schema import TOOL_SCHEMA
 from recipes.smoke.sabotage import WEIGHT_SYNC
 
@@ -226,7 +226,7 @@ def test_rl_checkpoint_merges_and_scores(sync_run: dict, tmp_path: Path) -> None
     out = scored.stdout + scored.stderr
     folder = tmp_path / "roots" / "eval" / "rl"
     assert scored.returncode == 0, out[-6000:]
-    if CPU.rollout_engine().name == "vllm":
+    if CPU.rollout_engine(interpreter_stack()).name == "vllm":
         assert "vLLMHttpServer" in out, "the platform's rollout engine is vLLM, but no vLLM server ran"
     report = json.loads((folder / "eval.json").read_text())
     assert report["samples"] == 4 and report["files"] == [str(folder / "val_generations" / "0.jsonl")], report
@@ -296,7 +296,7 @@ def _supervise_ppo(overrides: list[str], log: Path, pythonpath: Path, ckpt: Path
     env = ppo_env(pythonpath, KIT_FAULT_RUN=str(ckpt))
     command = [sys.executable, "-m", "verl.trainer.main_ppo", *overrides]
     script = (
-        "import sys, os; from pathlib import Path; from recipes.launch import restart; "
+        "import sys, os; from pathlib import Path; from recipes.launch.supervision import restart; "
         f"sys.exit(restart.supervise({command!r}, os.environ, Path({str(ckpt)!r}), 2))"
     )
     faults, pending = [], [Fault(1, "worker"), Fault(2, "driver")]
@@ -388,7 +388,7 @@ def _async_overrides(assets: dict[str, Path], ckpt: Path, model: Path, *, traced
 def test_async_tool_agent_loop(async_runs: dict[str, dict]) -> None:
     run = async_runs["shipped"]
     text = (run["dir"] / "async.log").read_text()
-    engine = CPU.rollout_engine()
+    engine = CPU.rollout_engine(interpreter_stack())
     if engine.name == "vllm":  # the platform's engine is what ran: verl's vLLM async server
         assert "vLLMHttpServer" in text, "rollout.name=vllm but no vLLM server actor ran"
     traces, _ = trace.rollout_traces(run["dir"] / "ckpt" / "mlruns")

@@ -25,7 +25,7 @@ import pytest
 from kit_cpu_ppo import common_overrides, run_ppo
 from kit_testing import tiny_model_dir
 
-from recipes.launch import restart
+from recipes.launch.supervision import restart
 
 pytestmark = pytest.mark.slow
 

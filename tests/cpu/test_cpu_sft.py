@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from kit_testing import step_metrics, tiny_model_dir, trainer_env
+from kit_testing import interpreter_stack, step_metrics, tiny_model_dir, trainer_env
 
 from platforms import CPU
-from recipes.launch.handoff import merger_command
+from recipes.launch.handoffs.handoff import merger_command
 from recipes.retool.schema import TOOL_SCHEMA
 
 STEPS = 3
@@ -88,7 +88,7 @@ def test_cpu_sft_multiturn_tools_and_merge(tmp_path: Path) -> None:
         "-m",
         "verl.trainer.fsdp_sft_trainer",
         # the platform's own settings (device, FSDP2, sdpa, fp32 compute)
-        *CPU.verl_overrides("sft"),
+        *CPU.verl_overrides("sft", interpreter_stack()),
         f"data.train_files={data}",
         f"data.val_files={data}",
         "data.max_length=320",

@@ -4,13 +4,13 @@ kit's restart supervisor trains every step of every epoch.
 ``torchrun --standalone --nproc_per_node 2 -m verl.trainer.fsdp_sft_trainer`` on the kit's tiny Qwen3, 8 short rows,
 4 per step: 2 steps per epoch, 3 epochs, ``save_freq`` 2 (one save per epoch, as the kit's 4B and 32B SFT configs).
 A test-only module loaded through ``model.external_lib`` SIGKILLs rank 0 right after the checkpoint of step 2 (the end
-of epoch 1) is saved, once; torchrun exits non-zero and ``recipes.launch.restart.supervise`` (``--max-restarts``)
-relaunches the run with ``trainer.resume_mode=auto``. The logged ``step:N`` lines must cover steps 1-6 with no gap:
-the first attempt 1-2, the resumed one 3-6. Without the patch the resumed attempt starts in epoch 2 on the restored,
-exhausted iterator of epoch 1 and trains epoch 3 only: steps 3-4, then stops. Unpatched 0.6.1 cannot run SFT on CPU
-at all, so the comparison runs the kit's verl less patch 0024 (``kit_verl_without``; opt-in, ``-m unpatched_e2e``:
-tests/conftest.py). That the resumed epochs get
-the batches of an uninterrupted run is checked by tests/patches/test_sft_resume_epoch_boundary.py.
+of epoch 1) is saved, once; torchrun exits non-zero and ``recipes.launch.supervision.restart.supervise``
+(``--max-restarts``) relaunches the run with ``trainer.resume_mode=auto``. The logged ``step:N`` lines must cover steps
+1-6 with no gap: the first attempt 1-2, the resumed one 3-6. Without the patch the resumed attempt starts in epoch 2 on
+the restored, exhausted iterator of epoch 1 and trains epoch 3 only: steps 3-4, then stops. Unpatched 0.6.1 cannot run
+SFT on CPU at all, so the comparison runs the kit's verl less patch 0024 (``kit_verl_without``; opt-in, ``-m
+unpatched_e2e``: tests/conftest.py). That the resumed epochs get the batches of an uninterrupted run is checked by
+tests/patches/test_sft_resume_epoch_boundary.py.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 
 import pytest
-from kit_testing import tiny_model_dir, trainer_env
+from kit_testing import interpreter_stack, tiny_model_dir, trainer_env
 
 from platforms import CPU
-from recipes.launch import restart
+from recipes.launch.supervision import restart
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,7 @@ def _command(data: Path, ckpt: Path) -> list[str]:
         "2",
         "-m",
         "verl.trainer.fsdp_sft_trainer",
-        *CPU.verl_overrides("sft"),
+        *CPU.verl_overrides("sft", interpreter_stack()),
         f"data.train_files={data}",
         f"data.val_files={data}",
         "data.max_length=64",

@@ -18,6 +18,7 @@ from kit_testing import REPO_ROOT, kit_env
 
 from platforms import PROFILES, pins
 from platforms.images import image_profiles
+from platforms.stacks import REFERENCE
 
 DOCKER = REPO_ROOT / "docker"
 #: Every profile with an image -> its Dockerfile's name (the profiles' data; build.sh holds no table).
@@ -93,7 +94,7 @@ def test_dockerfile_base_and_no_pin_literals(name: str) -> None:
     text = (DOCKER / name).read_text()
     assert BASE[name] in text.splitlines(), f"{name} must start FROM the pinned base image via build args"
     for key in PIN_KEYS:
-        assert pins.get(key) not in text, f"{name} spells out {key}={pins.get(key)}; pass it as a build arg"
+        assert REFERENCE.pin(key) not in text, f"{name} spells out {key}={REFERENCE.pin(key)}; pass it as a build arg"
 
 
 @pytest.mark.parametrize("hw", sorted(DOCKERFILES))
@@ -117,19 +118,22 @@ def test_build_arg_values_come_from_pins(hw: str) -> None:
     assert passed["KIT_HW"] == hw
     for key, value in passed.items():
         if key in pins.load():
-            assert value == pins.get(key), f"--build-arg {key}={value}, pins.env says {pins.get(key)}"
+            assert value == REFERENCE.pin(key), f"--build-arg {key}={value}, pins.env says {REFERENCE.pin(key)}"
     image = PROFILES[hw].image
     # FROM ${REPO}:${TAG} of the Dockerfile gets the profile's base image
     base_line = next(line for line in (DOCKER / DOCKERFILES[hw]).read_text().splitlines() if line.startswith("FROM "))
     repo_arg, tag_arg = re.findall(r"\$\{(\w+)\}", base_line)
-    assert f"{passed[repo_arg]}:{passed[tag_arg]}" == image.base
-    assert words[words.index("-t") + 1] == image.kit_tag
+    assert f"{passed[repo_arg]}:{passed[tag_arg]}" == image.base(REFERENCE)
+    assert words[words.index("-t") + 1] == image.kit_tag(REFERENCE)
     if hw == "cuda":
-        assert image.base == f"{pins.get('VLLM_CUDA_IMAGE')}:{pins.get('VLLM_CUDA_TAG')}"
-        assert image.kit_tag == f"retool-npu-kit:cuda-{pins.get('VLLM_CUDA_TAG')}"
+        assert image.base(REFERENCE) == f"{REFERENCE.pin('VLLM_CUDA_IMAGE')}:{REFERENCE.pin('VLLM_CUDA_TAG')}"
+        assert image.kit_tag(REFERENCE) == f"retool-npu-kit:cuda-{REFERENCE.pin('VLLM_CUDA_TAG')}"
     elif hw in ("a2", "a3"):
-        tag = pins.get(f"VLLM_ASCEND_TAG_{hw.upper()}")
-        assert image.base == f"{pins.get('VLLM_ASCEND_IMAGE')}:{tag}" and image.kit_tag == f"retool-npu-kit:{tag}"
+        tag = REFERENCE.pin(f"VLLM_ASCEND_TAG_{hw.upper()}")
+        assert (
+            image.base(REFERENCE) == f"{REFERENCE.pin('VLLM_ASCEND_IMAGE')}:{tag}"
+            and image.kit_tag(REFERENCE) == f"retool-npu-kit:{tag}"
+        )
     assert passed["VERL_SOURCE"] == "sdist" and passed["KIT_VERIFY"] == "1"
     assert words[-1] == str(REPO_ROOT), "the build context is the repo root"
 
@@ -157,7 +161,7 @@ def test_requirements_have_names_only_and_cover_the_pins() -> None:
     for line in lines:
         assert not re.search(r"[=<>!~;@ ]", line), f"requirements.txt must not carry versions: {line!r}"
     names = {re.sub(r"\[.*\]$", "", line).lower() for line in lines}
-    missing = set(pins.python_requirements()) - names
+    missing = set(REFERENCE.python_requirements()) - names
     assert not missing, f"PY_PINS packages not installed by the images: {sorted(missing)}"
     image_owned = {"torch", "torch-npu", "vllm", "vllm-ascend", "triton", "flash-attn", "liger-kernel"}
     assert not names & image_owned, f"these come with the base image or must never be installed: {names & image_owned}"
@@ -211,18 +215,18 @@ def test_constraints_come_from_pins(hw: str, tmp_path: Path) -> None:
     for line in lines:
         Requirement(line)  # pip must be able to read every line
     spec = {Requirement(line).name.lower(): str(Requirement(line).specifier) for line in lines}
-    for name, version in pins.python_requirements().items():
+    for name, version in REFERENCE.python_requirements().items():
         assert spec[name] == f"=={version}"
-    assert spec["vllm"] == f"=={pins.get('VLLM_VERSION')}"
+    assert spec["vllm"] == f"=={REFERENCE.pin('VLLM_VERSION')}"
     if hw == "cuda":
         import importlib.metadata
 
         assert spec["torch"] == f"=={importlib.metadata.version('torch')}", "cuda: torch held as the image ships it"
         assert "triton" not in spec, "vLLM on CUDA needs triton"
     else:
-        assert spec["torch"] == f"=={pins.get('NPU_TORCH_VERSION')}"
-        assert spec["torch-npu"] == f"=={pins.get('TORCH_NPU_VERSION')}"
-        assert spec["vllm-ascend"] == f"=={pins.get('VLLM_ASCEND_VERSION')}"
+        assert spec["torch"] == f"=={REFERENCE.pin('NPU_TORCH_VERSION')}"
+        assert spec["torch-npu"] == f"=={REFERENCE.pin('TORCH_NPU_VERSION')}"
+        assert spec["vllm-ascend"] == f"=={REFERENCE.pin('VLLM_ASCEND_VERSION')}"
         for never in ("triton", "flash-attn", "liger-kernel"):
             assert spec[never] == "<0", f"{never} must be refused on NPU"
 

@@ -10,7 +10,7 @@ import sys
 
 from kit_testing import REPO_ROOT
 
-from platforms import PROFILES, pins
+from platforms import PROFILES, stacks
 
 
 def _harness():
@@ -35,7 +35,7 @@ def test_every_stand_in_is_for_a_pinned_base_and_has_help() -> None:
     repo_keys = {p.image.base_repo_key for p in PROFILES.values() if p.image}
     assert set(harness.STANDINS) == repo_keys  # every pinned base can be stood in for
     for key, script in harness.STANDINS.items():
-        assert key in repo_keys and pins.get(key), key
+        assert key in repo_keys and all(stack.pin(key) for stack in stacks.STACKS.values()), key
         proc = subprocess.run(["bash", str(REPO_ROOT / script), "--help"], capture_output=True, text=True, timeout=30)
         assert proc.returncode == 0 and "STAND-IN" in proc.stdout, proc.stdout + proc.stderr
         bare = subprocess.run(["bash", str(REPO_ROOT / script)], capture_output=True, text=True, timeout=30)

@@ -13,13 +13,15 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env
 
-from platforms import PROFILES, pins
-from recipes.launch import inputs
-from recipes.launch.catalog import RECIPES
-from recipes.launch.containers import DATA_ROOTS
+from platforms import PROFILES, stacks
+from recipes.launch.cluster.containers import DATA_ROOTS
+from recipes.launch.run_inputs import inputs
+from recipes.launch.run_inputs.catalog import RECIPES
 from recipes.retool import folders
 
 DOCKER = REPO_ROOT / "docker"
+#: The stack the scripts serve here, resolved as their Python does (KIT_STACK, else this venv's verl): its image tags.
+STACK = stacks.resolve()
 CONTROL = ("davinci_manager", "devmm_svm", "hisi_hdc")
 
 
@@ -69,7 +71,7 @@ def test_run_npu_passes_every_davinci_node(tmp_path: Path, count: int, hw: str) 
     expected = [f"{dev}/davinci{i}:/dev/davinci{i}" for i in range(count)]
     expected += [f"{dev}/{name}:/dev/{name}" for name in CONTROL]
     assert _devices(words) == expected, "every davinciN in numeric order (davinci10 after davinci9), then control"
-    assert words[-1] == f"retool-npu-kit:{pins.get(f'VLLM_ASCEND_TAG_{hw.upper()}')}", "image follows the device count"
+    assert words[-1] == f"retool-npu-kit:{STACK.pin(f'VLLM_ASCEND_TAG_{hw.upper()}')}", "image follows the device count"
     for mount in (
         "/usr/local/Ascend/driver:/usr/local/Ascend/driver:ro",
         "/usr/local/dcmi:/usr/local/dcmi:ro",
@@ -109,7 +111,7 @@ def test_run_npu_options_and_command(tmp_path: Path) -> None:
     assert "8 davinci devices, an A3 node has 16" in proc.stderr
     words = shlex.split(proc.stdout)
     assert len(_devices(words)) == 8 + len(CONTROL)
-    image = f"retool-npu-kit:{pins.get('VLLM_ASCEND_TAG_A3')}"
+    image = f"retool-npu-kit:{STACK.pin('VLLM_ASCEND_TAG_A3')}"
     assert words[words.index(image) :] == [image, "retool-doctor", "--hw", "a3"]
     assert words[words.index(image) - 2 : words.index(image)] == ["-e", "HF_TOKEN"]
     assert {"--privileged", "--shm-size=200g", "KIT_PHASE=sft"} <= set(words)
@@ -145,7 +147,7 @@ def test_run_npu_dry_run_on_a_login_node(
     per_node = PROFILES[expected].devices_per_node
     expected_devices = [f"{dev}/davinci{i}:/dev/davinci{i}" for i in range(per_node)]
     assert _devices(words) == expected_devices + [f"{dev}/{name}:/dev/{name}" for name in CONTROL]
-    assert words[-1] == PROFILES[expected].image.kit_tag
+    assert words[-1] == PROFILES[expected].image.kit_tag(STACK)
     assert "NOTE: no " in proc.stderr and f"{per_node} devices" in proc.stderr
 
 
@@ -165,7 +167,7 @@ def test_run_cuda_dry_run(tmp_path: Path) -> None:
     assert words[:3] == ["docker", "run", "--rm"]
     assert words[words.index("--gpus") + 1] == "all"
     assert {"--network=host", "--ipc=host", f"{tmp_path}:/workspace"} <= set(words)
-    assert words[-3:] == [f"retool-npu-kit:cuda-{pins.get('VLLM_CUDA_TAG')}", "python", "-V"]
+    assert words[-3:] == [f"retool-npu-kit:cuda-{STACK.pin('VLLM_CUDA_TAG')}", "python", "-V"]
 
 
 def _build_tag(hw: str) -> str:
@@ -238,7 +240,8 @@ def _env_args(words: list[str]) -> dict[str, str]:
 
 
 def test_data_roots_are_the_launchers_own() -> None:
-    """Names and defaults come from recipes/launch/inputs.py (one source), and the launcher documents each name."""
+    """Names and defaults come from recipes/launch/run_inputs/inputs.py (one source), and the launcher documents each
+    name."""
     assert DATA_ROOTS == {
         "MODELS_DIR": folders.DEFAULT_MODELS_DIR,
         "DATA_DIR": folders.DEFAULT_DATA_DIR,
@@ -302,7 +305,7 @@ def test_a_real_run_creates_missing_roots_then_execs_docker(tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stderr
     args = record.read_text().splitlines()
     assert args[:2] == ["run", "--rm"] and args[-3:] == [
-        f"retool-npu-kit:cuda-{pins.get('VLLM_CUDA_TAG')}",
+        f"retool-npu-kit:cuda-{STACK.pin('VLLM_CUDA_TAG')}",
         "python",
         "-V",
     ]
@@ -351,7 +354,7 @@ def test_command_words_and_docker_args_pass_through(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     words = shlex.split(proc.stdout)
-    assert words[-6:] == ["-e", "X=1", PROFILES["h200"].image.kit_tag, "bash", "-c", "echo a b"]
+    assert words[-6:] == ["-e", "X=1", PROFILES["h200"].image.kit_tag(STACK), "bash", "-c", "echo a b"]
 
 
 def _python_wrapper(tmp_path: Path, body: str) -> str:

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT
 
-from platforms import PROFILES, pins
+from platforms import PROFILES
+from platforms.stacks import REFERENCE
 
 A3_DEVICES = 16
 #: This node's address and the interface that carries it, among a loopback and a docker bridge.
@@ -257,7 +258,7 @@ class FakeA3:
     def _python_packages(self) -> None:
         site = self.site
         (site / "torch").mkdir(parents=True)
-        (site / "torch" / "__init__.py").write_text(f"__version__ = {pins.get('NPU_TORCH_VERSION')!r}\n")
+        (site / "torch" / "__init__.py").write_text(f"__version__ = {REFERENCE.pin('NPU_TORCH_VERSION')!r}\n")
         (site / "torch" / "distributed").mkdir()
         (site / "torch" / "distributed" / "__init__.py").write_text(TORCH_DISTRIBUTED_STUB)
         (site / "torch_npu" / "npu").mkdir(parents=True)
@@ -283,18 +284,19 @@ class FakeA3:
         (site / "verl" / "__init__.py").write_text("")
         (site / "verl" / "version" / "kit_patches").write_text(_patch_record())
         versions = {
-            "torch": pins.get("NPU_TORCH_VERSION"),
-            "torch-npu": pins.get("TORCH_NPU_VERSION"),
-            "vllm": pins.get("VLLM_VERSION") + "+empty",  # VLLM_TARGET_DEVICE=empty editable install, as in the image
-            "vllm-ascend": pins.get("VLLM_ASCEND_VERSION"),
-            "verl": pins.get("VERL_VERSION"),
-            **pins.python_requirements(),
+            "torch": REFERENCE.pin("NPU_TORCH_VERSION"),
+            "torch-npu": REFERENCE.pin("TORCH_NPU_VERSION"),
+            "vllm": REFERENCE.pin("VLLM_VERSION")
+            + "+empty",  # VLLM_TARGET_DEVICE=empty editable install, as in the image
+            "vllm-ascend": REFERENCE.pin("VLLM_ASCEND_VERSION"),
+            "verl": REFERENCE.pin("VERL_VERSION"),
+            **REFERENCE.python_requirements(),
         }
         for name, version in versions.items():
             self.set_version(name, version)
 
     def _cann_tree(self) -> None:
-        release = pins.get("CANN_VERSION")
+        release = REFERENCE.pin("CANN_VERSION")
         versioned = self.cann / "ascend-toolkit" / release
         for sub in ("lib64", "opp", "aarch64-linux"):
             (versioned / sub).mkdir(parents=True, exist_ok=True)
@@ -332,7 +334,7 @@ class FakeA3:
 
     def set_hccl_registered(self, registered: bool) -> None:
         """The stub torch_npu, with or without the hccl registration a real one does on import."""
-        text = f"__version__ = {pins.get('TORCH_NPU_VERSION')!r}\nfrom . import npu\n"
+        text = f"__version__ = {REFERENCE.pin('TORCH_NPU_VERSION')!r}\nfrom . import npu\n"
         (self.site / "torch_npu" / "__init__.py").write_text(text + (HCCL_REGISTRATION if registered else ""))
 
     def set_patch_record(self, text: str) -> None:
@@ -368,7 +370,7 @@ class FakeA3:
             ATB_HOME_PATH=atb,
             LD_LIBRARY_PATH=f"{atb}/lib:{toolkit}/lib64:{toolkit}/lib64/plugin/opskernel",
         )
-        for entry in PROFILES["a3"].env("rl"):
+        for entry in PROFILES["a3"].env("rl", REFERENCE):
             if entry.value is None:
                 env.pop(entry.name, None)
             else:

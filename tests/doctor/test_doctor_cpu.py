@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env
 
-from platforms import CPU, NPU, PROFILES, HardwareProfile
+from platforms import CPU, NPU, PROFILES, HardwareProfile, stacks
 from platforms.cpu import CpuPlatform
 from platforms.doctor.cli import CHECKS, REGISTRY, render_table, run_checks
 from platforms.doctor.host import _dist_backend
@@ -236,7 +236,7 @@ class _BrokenTorch(CpuPlatform):
     ],
 )
 def test_dist_backend_line(platform: CpuPlatform, status: str, text: str) -> None:
-    result = _dist_backend(HardwareProfile("test", platform, None, None, "test profile"))
+    result = _dist_backend(HardwareProfile("test", platform, None, None, "test profile"), stacks.REFERENCE)
     assert result.check == "platform.dist" and result.status == status and text in result.summary
     if status == WARN:
         assert ".venv/" in result.fix

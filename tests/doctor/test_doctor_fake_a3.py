@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from platforms import NPU, pins
+from platforms import NPU, stacks
 
 if TYPE_CHECKING:  # the fixture's class; conftest modules are not importable by name in importlib mode
     from conftest import FakeA3
@@ -62,7 +62,7 @@ def test_good_a3_node_passes(fake_a3: FakeA3) -> None:
     smi = run.check("npu-smi")
     assert len(smi["details"]["devices"]) == fake_a3.DEVICES
     assert {d["hbm_total_mb"] for d in smi["details"]["devices"]} == {65536}
-    assert run.check("cann.version")["details"]["version"] == pins.get("CANN_VERSION")
+    assert run.check("cann.version")["details"]["version"] == stacks.REFERENCE.pin("CANN_VERSION")
     assert run.check("ray")["details"] == {
         "source": str(fake_a3.ray_json),
         "resource": "NPU",
@@ -225,12 +225,12 @@ FAULTS: dict[str, Fault] = {
     "transformers version mismatch": Fault(
         _then(_transformers_old),
         {"versions.transformers"},
-        (f"transformers=={pins.python_requirements()['transformers']}",),
+        (f"transformers=={stacks.REFERENCE.python_requirements()['transformers']}",),
     ),
     "torch-npu version mismatch": Fault(
         _then(lambda n: n.set_version("torch-npu", "2.7.1.dev20250724")),
         {"versions.torch-npu"},
-        ("docker/build.sh --hw a3", pins.get("VLLM_ASCEND_TAG_A3")),
+        ("docker/build.sh --hw a3", stacks.REFERENCE.pin("VLLM_ASCEND_TAG_A3")),
     ),
     "vllm-ascend not installed": Fault(_then(_drop_vllm_ascend), {"versions.vllm-ascend"}, ("docker/build.sh",)),
     "sandbox down": Fault(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from platforms import CPU
+from platforms import CPU, stacks
 from platforms.doctor.cli import run_checks
 from platforms.doctor.probes import INFO, OK, WARN, Options, Probes
 
@@ -79,7 +79,7 @@ def test_patch_ids_do_not_depend_on_the_working_directory(tmp_path: Path, monkey
 def test_vllm_kernels_missing_a_system_library_fail_with_the_package(tmp_path: Path) -> None:
     """The first CPU image lacked libnuma.so.1: vLLM's _C could not load and the RL stage died minutes in. The
     doctor runs ldd on vLLM's shared objects (here a stand-in ldd that reports what that image's did)."""
-    if CPU.rollout_engine().name != "vllm":
+    if CPU.rollout_engine(stacks.REFERENCE).name != "vllm":
         pytest.skip("this venv rolls out with hf: the check only runs where vLLM is the engine")
     site, fake_bin = tmp_path / "site", tmp_path / "bin"
     (site / "vllm").mkdir(parents=True)

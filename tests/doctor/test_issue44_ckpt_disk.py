@@ -16,7 +16,8 @@ from platforms import CPU
 from platforms.doctor import disk
 from platforms.doctor.cli import run_checks
 from platforms.doctor.probes import OK, Options, Probes
-from recipes.launch import budget, catalog, memory
+from recipes.launch.run_inputs import catalog
+from recipes.launch.sizing import budget, memory
 
 
 def _disk(tmp_path: Path, model: Path | None, min_free_gb: float | None = None) -> dict:
@@ -28,7 +29,7 @@ def _disk(tmp_path: Path, model: Path | None, min_free_gb: float | None = None) 
 
 
 def _plan_bytes(model: Path) -> int:
-    """One checkpoint as the launcher's plan sizes it (recipes/launch/facts.py: facts_from_config, then budget)."""
+    """One checkpoint as the launcher's plan sizes it (planning/facts.py: facts_from_config, then budget)."""
     config = json.loads((model / "config.json").read_text())
     shape = memory.facts_from_config(config, str(model), catalog.get("qwen3_4b_dapo").model)
     return budget.checkpoint_budget("rl", 2, 2, 1, shape, "test").per_checkpoint

@@ -19,7 +19,11 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env
 
-from recipes.launch import restart
+from platforms import stacks
+from recipes.launch.supervision import restart
+
+#: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
+STACK = stacks.resolve(environ={})
 
 FAKE = Path(__file__).with_name("fake_trainer.py")
 
@@ -83,7 +87,7 @@ def test_no_restart_without_max_restarts(tmp_path: Path) -> None:
 
 def test_sigterm_to_the_supervisor_stops_the_trainer_without_a_restart(tmp_path: Path) -> None:
     script = (
-        "import sys; from pathlib import Path; from recipes.launch import restart; "
+        "import sys; from pathlib import Path; from recipes.launch.supervision import restart; "
         f"sys.exit(restart.supervise({_command(tmp_path / 'ckpt', 100000, 1000)!r}, dict(__import__('os').environ), "
         f"Path({str(tmp_path / 'ckpt')!r}), 3))"
     )
@@ -165,23 +169,23 @@ def test_a_restart_waits_for_the_cluster_and_stops_with_the_reason_when_it_stays
 
 
 def test_the_cluster_wait_is_bounded_and_ends_when_the_node_is_back(monkeypatch: pytest.MonkeyPatch) -> None:
-    from recipes.launch import cluster
+    from recipes.launch.cluster import ray_cluster
 
     answers = [["1 live node(s) joined, expected 2"]] * 2 + [[]]
-    monkeypatch.setattr(cluster, "cluster_problems", lambda hw, n, address: answers.pop(0) if answers else [])
+    monkeypatch.setattr(ray_cluster, "cluster_problems", lambda hw, n, address: answers.pop(0) if answers else [])
     reached: list[str] = []
-    monkeypatch.setattr(cluster, "sandbox_reach_problems", lambda url, address: reached.append(url) or [])
+    monkeypatch.setattr(ray_cluster, "sandbox_reach_problems", lambda url, address: reached.append(url) or [])
     said: list[str] = []
 
     def check() -> list[str]:
-        return cluster.whole_cluster_problems("cpu", 2, "10.0.0.1:6379", "http://127.0.0.1:8080/run_code")
+        return ray_cluster.whole_cluster_problems("cpu", 2, "10.0.0.1:6379", "http://127.0.0.1:8080/run_code")
 
-    assert cluster.wait_for_nodes(check, "cpu", 2, 30, said.append, poll_s=0.01) is None
+    assert ray_cluster.wait_for_nodes(check, "cpu", 2, 30, said.append, stack=STACK, poll_s=0.01) is None
     assert reached == ["http://127.0.0.1:8080/run_code"]  # asked once the nodes were back
     assert said == ["restart: waiting up to 30 s for the Ray cluster (1 live node(s) joined, expected 2)"]
-    monkeypatch.setattr(cluster, "cluster_problems", lambda hw, n, address: ["1 live node(s) joined, expected 2"])
+    monkeypatch.setattr(ray_cluster, "cluster_problems", lambda hw, n, address: ["1 live node(s) joined, expected 2"])
     t0 = time.monotonic()
-    why = cluster.wait_for_nodes(check, "cpu", 2, 0.3, said.append, poll_s=0.05)
+    why = ray_cluster.wait_for_nodes(check, "cpu", 2, 0.3, said.append, stack=STACK, poll_s=0.05)
     assert time.monotonic() - t0 < 5
     assert why is not None and "not whole after 0 s: 1 live node(s) joined, expected 2" in why
     assert "ray_cluster.sh worker --hw cpu" in why and "re-run the same command" in why
@@ -191,12 +195,19 @@ def test_the_launchers_gate_asks_the_whole_cluster_with_the_runs_sandbox(monkeyp
     """`run ... --max-restarts` on a multi-node RL plan: the gate asks for its nodes and its sandbox URL, waits as long
     as KIT_RESTART_NODE_WAIT_S says (a bad value is one line), and says why it gives up."""
     from platforms.cli_errors import UsageError
-    from recipes.launch import cli, cluster, plan
-    from recipes.launch.catalog import RECIPES
+    from recipes.launch import cli
+    from recipes.launch.cluster import ray_cluster
+    from recipes.launch.planning import plan
+    from recipes.launch.run_inputs.catalog import RECIPES
 
     url = "http://127.0.0.1:8080/run_code"
     built = plan.build(
-        RECIPES["qwen3_4b_dapo"], "cpu", ["trainer.nnodes=2"], path_check=False, environ={"RETOOL_SANDBOX_URL": url}
+        RECIPES["qwen3_4b_dapo"],
+        "cpu",
+        STACK,
+        ["trainer.nnodes=2"],
+        path_check=False,
+        environ={"RETOOL_SANDBOX_URL": url},
     )
     asked: list[tuple] = []
 
@@ -204,10 +215,10 @@ def test_the_launchers_gate_asks_the_whole_cluster_with_the_runs_sandbox(monkeyp
         asked.append((hw, nodes, address, sandbox))
         return ["1 live node(s) joined, expected 2"]
 
-    monkeypatch.setattr(cluster, "whole_cluster_problems", whole)
-    gate = cli._cluster_gate(built, {"RAY_ADDRESS": "10.0.0.1:6379", cluster.NODE_WAIT_ENV: "0"})
+    monkeypatch.setattr(ray_cluster, "whole_cluster_problems", whole)
+    gate = cli._cluster_gate(built, {"RAY_ADDRESS": "10.0.0.1:6379", ray_cluster.NODE_WAIT_ENV: "0"})
     why = gate()
     assert asked and asked[0] == ("cpu", 2, "10.0.0.1:6379", url)
     assert why is not None and "not whole after 0 s: 1 live node(s) joined, expected 2" in why
     with pytest.raises(UsageError, match="KIT_RESTART_NODE_WAIT_S='soon' is not a number"):
-        cli._cluster_gate(built, {cluster.NODE_WAIT_ENV: "soon"})
+        cli._cluster_gate(built, {ray_cluster.NODE_WAIT_ENV: "soon"})

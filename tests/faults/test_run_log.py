@@ -1,4 +1,4 @@
-"""The run's log file (recipes/launch/runlog.py): what a launch prints, the trainer's output and the restart
+"""The run's log file (recipes/launch/supervision/runlog.py): what a launch prints, the trainer's output and the restart
 supervisor's lines land in ``<CKPT_DIR>/run.log``, named first, appended by every restart and every re-run; a failed
 run ends with the line that says how to resume; a log that cannot be written never stops the run.
 
@@ -16,7 +16,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from recipes.launch import catalog, cli, runlog
+from recipes.launch import cli
+from recipes.launch.run_inputs import catalog
+from recipes.launch.supervision import runlog
 
 FAKE = Path(__file__).with_name("fake_trainer.py")
 
@@ -71,7 +73,8 @@ def test_a_failed_run_says_how_to_resume_from_its_checkpoint(tmp_path, capsys) -
 def test_a_multi_node_sft_run_is_not_restarted_by_one_node(tmp_path) -> None:
     with pytest.raises(cli.UsageError, match=r"torchrun job spans all 2 nodes.*run the same command again on every"):
         cli._check_restarts(2, 10, "sft", 2)
-    cli._check_restarts(2, 10, "rl", 2)  # RL restarts once the Ray cluster is whole (recipes/launch/cluster.py)
+    # RL restarts once the Ray cluster is whole (recipes/launch/cluster/ray_cluster.py)
+    cli._check_restarts(2, 10, "rl", 2)
     cli._check_restarts(0, 10, "sft", 2)
     assert runlog.log_path(tmp_path, "sft", 2, {"NODE_RANK": "1"}) == tmp_path / "run.node1.log"
     assert runlog.log_path(tmp_path, "sft", 2, {"NODE_RANK": "0"}) == tmp_path / "run.log"

@@ -11,12 +11,12 @@ every generation model regardless, arg_utils.py ``_set_default_args``; the patch
 
 from __future__ import annotations
 
-from kit_testing import require_vllm, tiny_model_dir, vllm_server, vllm_server_args
+from kit_testing import interpreter_stack, require_vllm, tiny_model_dir, vllm_server, vllm_server_args
 
 from platforms import CPU
 
 OVERRIDES = [
-    *CPU.rollout_overrides(),
+    *CPU.rollout_overrides(interpreter_stack()),
     "data.max_prompt_length=64",
     "data.max_response_length=8",
     "actor_rollout_ref.rollout.mode=async",

@@ -12,7 +12,7 @@ asks vLLM to ignore EOS, so the engine decodes exactly what it was allowed: 8 to
 
 from __future__ import annotations
 
-from kit_testing import require_vllm, tiny_model_dir, vllm_server
+from kit_testing import interpreter_stack, require_vllm, tiny_model_dir, vllm_server
 
 from platforms import CPU
 
@@ -22,7 +22,7 @@ FIRST_TURN = 10  # prompt tokens of the first turn: max_model_len - 10 = 62 > 8
 
 def check_vllm_max_tokens_capped() -> None:
     overrides = [
-        *CPU.rollout_overrides(),  # what the cpu platform runs vLLM with (no sleep mode, eager)
+        *CPU.rollout_overrides(interpreter_stack()),  # what the cpu platform runs vLLM with (no sleep mode, eager)
         f"data.max_prompt_length={PROMPT_LENGTH}",
         f"data.max_response_length={RESPONSE_LENGTH}",
         "actor_rollout_ref.rollout.mode=async",

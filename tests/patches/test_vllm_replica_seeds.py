@@ -8,7 +8,7 @@ replicas 0-3 on vLLM 0.11.0's CPU build (no engine started) and reads the seed v
 
 from __future__ import annotations
 
-from kit_testing import require_vllm, tiny_model_dir, vllm_server_args
+from kit_testing import interpreter_stack, require_vllm, tiny_model_dir, vllm_server_args
 
 from platforms import CPU
 
@@ -18,7 +18,7 @@ REPLICAS = 4
 def check_seeds_differ_per_replica() -> None:
     import ray
 
-    overrides = [*CPU.rollout_overrides(), "actor_rollout_ref.rollout.mode=async"]
+    overrides = [*CPU.rollout_overrides(interpreter_stack()), "actor_rollout_ref.rollout.mode=async"]
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)  # one Ray for the four servers
     try:
         seeds = [vllm_server_args(tiny_model_dir(), overrides, replica_rank=rank).seed for rank in range(REPLICAS)]

@@ -50,7 +50,7 @@ def make_model() -> Callable[..., Path]:
     """Factory: a folder the path checks accept as a complete Hugging Face model (config.json, model.safetensors,
     tokenizer.json).
 
-    The checkpoint-disk and memory estimates read the model's shape from config.json (recipes/launch/budget.py
+    The checkpoint-disk and memory estimates read the model's shape from config.json (recipes/launch/sizing/budget.py
     checkpoint_budget, memory.facts_for), so the config is a whole tiny one: its ~0.1M parameters (~1.3 MB per
     checkpoint) keep the dry run off the test machine's free disk, which the recipe table's 4B model (~48 GB) would
     not. The weights file is 1 MiB of zeros: only its presence matters before launch.

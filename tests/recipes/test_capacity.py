@@ -16,11 +16,16 @@ from typing import Any
 import pytest
 from omegaconf import OmegaConf
 
-from recipes.launch import capacity, plan
+from platforms import stacks
 from recipes.launch import cli as launch_cli
-from recipes.launch.capacity import KIT_TOOL, VERL_SANDBOX_TOOL, Capacity, Demand, ToolLimit
-from recipes.launch.catalog import RECIPES
+from recipes.launch.planning import plan
+from recipes.launch.run_inputs.catalog import RECIPES
+from recipes.launch.sizing import capacity
+from recipes.launch.sizing.capacity import KIT_TOOL, VERL_SANDBOX_TOOL, Capacity, Demand, ToolLimit
 from recipes.retool import TOOL_CONFIG_PATH
+
+#: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
+STACK = stacks.resolve(environ={})
 
 
 class FakeSandbox:
@@ -68,7 +73,7 @@ def fake_sandbox() -> Iterator[FakeSandbox]:
 
 def _cfg(name: str, hw: str, *overrides: str, home: str = "/nonexistent/kit-home"):
     """The composed config (the kit's own checks may object to the odd override here: only the numbers matter)."""
-    built = plan.build(RECIPES[name], hw, overrides, path_check=False, environ={"HOME": home})
+    built = plan.build(RECIPES[name], hw, STACK, overrides, path_check=False, environ={"HOME": home})
     assert built.cfg is not None, built.errors
     return built.cfg
 
@@ -196,11 +201,11 @@ def test_the_dry_run_compares_the_recipe_with_the_running_sandbox(
         "MODEL_PATH": str(make_model(tmp_path / "m", heads=32, kv_heads=8)),
         "RETOOL_SANDBOX_URL": fake_sandbox.url,
     }
-    built = plan.build(RECIPES["qwen3_4b_dapo"], "a3", environ=environ)
+    built = plan.build(RECIPES["qwen3_4b_dapo"], "a3", STACK, environ=environ)
     short = [e for e in built.errors if "requests at once" in e]
     assert len(short) == 1 and "takes 264" in short[0] and "sends up to 1024" in short[0], built.errors
     fake_sandbox.health = {"status": "ok", "workers": 2, "max_queue": 1024}
-    built = plan.build(RECIPES["qwen3_4b_dapo"], "a3", environ=environ)
+    built = plan.build(RECIPES["qwen3_4b_dapo"], "a3", STACK, environ=environ)
     assert not any("requests at once" in m or "capacity" in m for m in built.errors + built.warnings), built.warnings
 
 
@@ -218,15 +223,21 @@ def test_server_admits_what_the_patched_replica_asks_ray_for(max_num_seqs: int) 
 
 
 def test_the_plan_shows_generate_calls_per_replica_against_the_server() -> None:
-    from recipes.launch import report
+    from recipes.launch.planning import report
 
-    built = plan.build(RECIPES["qwen2.5_32b_dapo"], "h200", [], path_check=False, environ={"HOME": "/nonexistent"})
+    built = plan.build(
+        RECIPES["qwen2.5_32b_dapo"], "h200", STACK, [], path_check=False, environ={"HOME": "/nonexistent"}
+    )
     assert built.facts is not None and built.facts.in_flight is not None  # 512 x 16 trajectories, 2 replicas of TP 4
     assert (built.facts.layout.replicas, built.facts.in_flight.per_replica) == (2, 4096)
     row = dict(report.rows(built))["in flight"]
     assert row.startswith("4,096 generate calls per replica"), row
     assert "admits 1,040 at once" in row and "max_num_seqs 1,024" in row, row
     sync = plan.build(
-        RECIPES["qwen2.5_32b_dapo"], "h200", ["actor_rollout_ref.rollout.mode=sync"], environ={"HOME": "/nonexistent"}
+        RECIPES["qwen2.5_32b_dapo"],
+        "h200",
+        STACK,
+        ["actor_rollout_ref.rollout.mode=sync"],
+        environ={"HOME": "/nonexistent"},
     )
     assert sync.facts is not None and sync.facts.in_flight is None and "in flight" not in dict(report.rows(sync))

@@ -13,12 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from platforms import CPU, PROFILES, current_platform
+from platforms import CPU, PROFILES, current_platform, stacks
 from platforms import PROFILE_NAMES as HARDWARE
 from platforms.cpu import CPU_RAY_NUM_CPUS
-from recipes.launch import catalog, cli, plan, report
-from recipes.launch.catalog import CONFIG_DIR, RECIPES
+from recipes.launch import cli
+from recipes.launch.planning import plan, report
+from recipes.launch.run_inputs import catalog
+from recipes.launch.run_inputs.catalog import CONFIG_DIR, RECIPES
 from recipes.retool import REWARD_PATH, TOOL_CONFIG_PATH
+
+#: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
+STACK = stacks.resolve(environ={})
 
 ALL = [(name, hw) for name in RECIPES for hw in HARDWARE]
 FAKE_HOME = "/nonexistent/kit-home"
@@ -27,13 +32,14 @@ FAKE_HOME = "/nonexistent/kit-home"
 @pytest.fixture(scope="module")
 def plans() -> dict[tuple[str, str], plan.Plan]:
     return {
-        (name, hw): plan.build(RECIPES[name], hw, path_check=False, environ={"HOME": FAKE_HOME}) for name, hw in ALL
+        (name, hw): plan.build(RECIPES[name], hw, STACK, path_check=False, environ={"HOME": FAKE_HOME})
+        for name, hw in ALL
     }
 
 
 def _build(name: str, hw: str, *overrides: str, **kwargs: object) -> plan.Plan:
     environ = kwargs.pop("environ", {"HOME": FAKE_HOME})
-    return plan.build(RECIPES[name], hw, overrides, path_check=False, environ=environ, **kwargs)  # type: ignore[arg-type]
+    return plan.build(RECIPES[name], hw, STACK, overrides, path_check=False, environ=environ, **kwargs)  # type: ignore[arg-type]
 
 
 def test_every_recipe_has_every_profile() -> None:
@@ -62,7 +68,7 @@ def test_composes_and_validates(plans: dict[tuple[str, str], plan.Plan], name: s
     assert argv[argv.index("--config-name") + 1] == recipe.config_name
     assert argv[argv.index("--config-path") + 1] == str(CONFIG_DIR)
     assert f"profile={hw}" in argv
-    for override in profile.platform.verl_overrides(recipe.phase):
+    for override in profile.platform.verl_overrides(recipe.phase, STACK):
         assert override in argv, override
 
 
@@ -221,7 +227,7 @@ def test_cpu_profile_is_the_tiny_smoke(plans: dict[tuple[str, str], plan.Plan]) 
             assert "--nproc_per_node=2" in built.argv and "--standalone" in built.argv
         else:
             arr = cfg.actor_rollout_ref
-            assert (arr.rollout.name, arr.rollout.mode) == (CPU.rollout_engine().name, "async")
+            assert (arr.rollout.name, arr.rollout.mode) == (CPU.rollout_engine(STACK).name, "async")
             assert arr.rollout.multi_turn.enable and arr.rollout.agent.default_agent_loop == "tool_agent"
             assert arr.actor.strategy == "fsdp2" and arr.model.override_config.attn_implementation == "kit_packed_sdpa"
             assert cfg.ray_kwargs.ray_init.num_cpus == CPU_RAY_NUM_CPUS and not arr.actor.use_torch_compile
@@ -327,7 +333,7 @@ def test_path_checks_name_the_input_and_the_fix(
     tmp_path: Path, make_model: Callable[..., Path], make_parquet: Callable[[Path, int], Path]
 ) -> None:
     environ = {"HOME": str(tmp_path), "DATA_DIR": str(tmp_path / "data")}
-    built = plan.build(RECIPES["qwen3_4b_sft"], "a3", environ=environ)
+    built = plan.build(RECIPES["qwen3_4b_sft"], "a3", STACK, environ=environ)
     text = "\n".join(built.errors)
     assert f"model {tmp_path}/models/Qwen3-4B-Instruct-2507 (default of MODEL_PATH) does not exist" in text
     assert "hf download Qwen/Qwen3-4B-Instruct-2507" in text
@@ -336,10 +342,10 @@ def test_path_checks_name_the_input_and_the_fix(
 
     environ["MODEL_PATH"] = str(make_model(tmp_path / "tiny", heads=4, kv_heads=2))
     make_parquet(tmp_path / "data" / "retool_sft.parquet", 20)
-    built = plan.build(RECIPES["qwen3_4b_sft"], "cpu", ["data.train_max_samples=-1"], environ=environ)
+    built = plan.build(RECIPES["qwen3_4b_sft"], "cpu", STACK, ["data.train_max_samples=-1"], environ=environ)
     assert built.errors == [] and built.facts is not None and built.facts.steps.rows == 20
     # heads come from the model's own config.json (4 here, not the recipe's 32): SP 8 no longer divides them
-    built = plan.build(RECIPES["qwen3_4b_sft"], "a3", ["ulysses_sequence_parallel_size=8"], environ=environ)
+    built = plan.build(RECIPES["qwen3_4b_sft"], "a3", STACK, ["ulysses_sequence_parallel_size=8"], environ=environ)
     assert any("8: Ulysses SP must divide the 4 attention heads" in e for e in built.errors), built.errors
 
 
@@ -354,7 +360,7 @@ def test_rl_path_check_reaches_the_sandbox(tmp_path: Path, make_model: Callable[
         "MODEL_PATH": str(make_model(tmp_path / "m")),
         "RETOOL_SANDBOX_URL": f"http://127.0.0.1:{port}/run_code",
     }
-    built = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", environ=environ)
+    built = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", STACK, environ=environ)
     assert any(
         f"sandbox RETOOL_SANDBOX_URL=http://127.0.0.1:{port}/run_code did not run print(1)" in e for e in built.errors
     )

@@ -1,4 +1,4 @@
-"""Score a Hugging Face model (scripts/eval_model.sh, recipes/launch/eval_model.py), without a run.
+"""Score a Hugging Face model (scripts/eval_model.sh, recipes/launch/handoffs/eval_model.py), without a run.
 
 The real evaluation (the launcher's validation-only run on vLLM CPU, the sandbox, retool-eval) runs end to end on
 a merged RL checkpoint in tests/cpu/test_cpu_rl.py (test_rl_checkpoint_merges_and_scores). Here: the dry run goes
@@ -15,8 +15,12 @@ from pathlib import Path
 import pytest
 from kit_testing import run_kit_script
 
+from platforms import stacks
 from platforms.cli_errors import EXIT_FAILED, EXIT_USAGE
-from recipes.launch import eval_model
+from recipes.launch.handoffs import eval_model
+
+#: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
+STACK = stacks.resolve(environ={})
 
 
 def test_dry_run_plans_a_validation_only_run_through_the_launcher(
@@ -107,7 +111,7 @@ def test_force_clears_the_earlier_evaluation_before_the_run(
     args = argparse.Namespace(
         recipe="qwen3_4b", hw="a3", model=str(make_model(tmp_path / "m")), name="sft", n=None, force=True, overrides=[]
     )
-    evaluation = eval_model.plan(args, {"CKPT_ROOT": str(tmp_path), "HOME": str(tmp_path)})
+    evaluation = eval_model.plan(args, STACK, {"CKPT_ROOT": str(tmp_path), "HOME": str(tmp_path)})
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1))
     with pytest.raises(eval_model.EvalError, match=r"the validation run failed \(exit 1\)"):
         eval_model.run(evaluation, force=True)
@@ -126,7 +130,7 @@ def test_the_val_files_given_as_an_override_are_the_reports_data(
         force=False,
         overrides=["data.val_files=[/d/aime_2025.parquet,/d/aime_2024.parquet]"],
     )
-    evaluation = eval_model.plan(args, {"HOME": str(tmp_path)})
+    evaluation = eval_model.plan(args, STACK, {"HOME": str(tmp_path)})
     assert evaluation.rl.name == "qwen2.5_32b_dapo"
     assert evaluation.val_files == ["/d/aime_2025.parquet", "/d/aime_2024.parquet"]
     assert "--data=/d/aime_2024.parquet" in evaluation.eval_argv()

@@ -14,30 +14,35 @@ from pathlib import Path
 import pytest
 from launch_walk import walk
 
-from recipes.launch import facts, memory, plan, report
-from recipes.launch.catalog import RECIPES
+from platforms import stacks
+from recipes.launch.planning import facts, plan, report
+from recipes.launch.run_inputs.catalog import RECIPES
+from recipes.launch.sizing import memory
+
+#: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
+STACK = stacks.resolve(environ={})
 
 #: Measured with tests/launch_walk.py. Before issue 41 (41c02a2): qwen3_4b_dapo on a3 10 modules, 52 entries,
 #: 43 returns, report.py entered 10 times; qwen3_4b_sft 9 / 36 / 28, report.py 7 times. With the facts derived once:
 #: 8 / 24 / 17 and 8 / 18 / 11; with the plan calling the checks once (checks.check_plan): 8 / 20 / 13 and 8 / 16 / 9.
 #: Issue 44 added one stage the checks enter once, the values a run is given against their domains
-#: (recipes/launch/validate_values.py): 9 / 22 / 14 and 9 / 18 / 10.
+#: (recipes/launch/planning/validate_values.py): 9 / 22 / 14 and 9 / 18 / 10.
 WALK_BOUNDS = {("qwen3_4b_dapo", "a3"): (9, 22, 14), ("qwen3_4b_sft", "a3"): (9, 18, 10)}
 
 #: What the report may call outside itself while it renders: formatting helpers and the properties of the plan's
 #: value objects (they read, they do not derive).
 FORMATTING = {
-    ("recipes.launch.budget", "human"),
-    ("recipes.launch.ray_cpus", "total"),
-    ("recipes.launch.ray_cpus", "describe"),
-    ("recipes.launch.ray_cpus", "<genexpr>"),  # inside total and describe
-    ("recipes.launch.inputs", "model_key"),  # the name of the model's config key, for the model row
-    ("recipes.launch.facts", "trajectories"),
-    ("recipes.launch.facts", "updates"),
-    ("recipes.launch.facts", "accumulation"),
-    ("recipes.launch.budget", "total"),
-    ("recipes.launch.memory", "train_gb"),
-    ("recipes.launch.parity", "describe"),
+    ("recipes.launch.sizing.budget", "human"),
+    ("recipes.launch.sizing.ray_cpus", "total"),
+    ("recipes.launch.sizing.ray_cpus", "describe"),
+    ("recipes.launch.sizing.ray_cpus", "<genexpr>"),  # inside total and describe
+    ("recipes.launch.run_inputs.inputs", "model_key"),  # the name of the model's config key, for the model row
+    ("recipes.launch.planning.facts", "trajectories"),
+    ("recipes.launch.planning.facts", "updates"),
+    ("recipes.launch.planning.facts", "accumulation"),
+    ("recipes.launch.sizing.budget", "total"),
+    ("recipes.launch.sizing.memory", "train_gb"),
+    ("recipes.launch.planning.parity", "describe"),
     ("platforms.profiles", "note"),
 }
 
@@ -49,12 +54,12 @@ def test_the_launch_walk_stays_short(recipe: str, hw: str, tmp_path: Path) -> No
     print(
         f"\n{recipe} {hw}: {found.distinct} modules, {found.entries} entries, {found.returns} returns: {found.line()}"
     )
-    assert found.entered("recipes.launch.report") == 1, found.line()
+    assert found.entered("recipes.launch.planning.report") == 1, found.line()
     assert found.distinct <= modules and found.entries <= entries and found.returns <= returns, found.line()
 
 
 def _built(name: str = "qwen3_4b_dapo", hw: str = "a3") -> plan.Plan:
-    built = plan.build(RECIPES[name], hw, [], path_check=False, environ={"HOME": "/nonexistent/kit-home"})
+    built = plan.build(RECIPES[name], hw, STACK, [], path_check=False, environ={"HOME": "/nonexistent/kit-home"})
     assert built.facts is not None, built.errors
     return built
 

@@ -16,7 +16,7 @@ import pytest
 from kit_testing import REPO_ROOT, run_kit_script
 
 from platforms.cli_errors import EXIT_FAILED
-from recipes.launch import handoff
+from recipes.launch.handoffs import handoff
 
 
 def fake_checkpoint(root: Path, step: int, world: int = 2) -> Path:
@@ -52,7 +52,7 @@ def test_dry_run_finds_the_latest_step_of_the_recipe_default_dir(launch_env: dic
     lines = proc.stdout.splitlines()
     target = ckpt / "hf_merged"
     assert lines[0] == f"SFT checkpoint: {step_dir} (step 62)"
-    merge = f"-m recipes.launch.merger merge --backend fsdp --local_dir {step_dir} --target_dir {target}"
+    merge = f"-m recipes.launch.handoffs.merger merge --backend fsdp --local_dir {step_dir} --target_dir {target}"
     assert lines[1].endswith(merge)
     assert lines[2:] == [
         f"model for RL: {target}",

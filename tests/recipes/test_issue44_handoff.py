@@ -19,7 +19,7 @@ import pytest
 from kit_testing import REPO_ROOT
 
 from platforms.cli_errors import EXIT_OK, EXIT_USAGE
-from recipes.launch import handoff
+from recipes.launch.handoffs import handoff
 
 
 def _empty_checkpoint(ckpt: Path) -> None:

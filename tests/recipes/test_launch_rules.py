@@ -2,7 +2,7 @@
 checkpoint disk, resume path, and the weight-sync trap of free_cache_engine=False.
 
 Each case builds a plan that breaks exactly one rule and asserts the rule's own message, so disabling the rule in
-recipes/launch/checks.py or plan.py fails here (the mutation these tests exist for).
+recipes/launch/planning/checks.py or plan.py fails here (the mutation these tests exist for).
 """
 
 from __future__ import annotations
@@ -12,15 +12,25 @@ from pathlib import Path
 
 import pytest
 
-from recipes.launch import budget, memory, plan
-from recipes.launch.catalog import QWEN3_4B, QWEN25_32B, RECIPES
+from platforms import stacks
+from recipes.launch.planning import plan
+from recipes.launch.run_inputs.catalog import QWEN3_4B, QWEN25_32B, RECIPES
+from recipes.launch.sizing import budget, memory
+
+#: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
+STACK = stacks.resolve(environ={})
 
 FAKE_HOME = "/nonexistent/kit-home"
 
 
 def _build(name: str, hw: str, *overrides: str, environ: dict[str, str] | None = None, **kwargs) -> plan.Plan:
     return plan.build(
-        RECIPES[name], hw, overrides, path_check=kwargs.pop("path_check", False), environ=environ or {"HOME": FAKE_HOME}
+        RECIPES[name],
+        hw,
+        STACK,
+        overrides,
+        path_check=kwargs.pop("path_check", False),
+        environ=environ or {"HOME": FAKE_HOME},
     )
 
 
@@ -76,7 +86,9 @@ def test_job_env_values_must_be_strings() -> None:
     assert _has(unquoted, "env_vars.HCCL_BUFFSIZE=1024 is not a string")
     assert not _has(_build("qwen3_4b_dapo", "a3", f"{key}.HCCL_BUFFSIZE='1024'"), "is not a string")
     # the launcher's own values (parity's tool memory limit is a number) are quoted
-    built = plan.build(RECIPES["qwen3_4b_dapo"], "a3", (), parity=True, path_check=False, environ={"HOME": FAKE_HOME})
+    built = plan.build(
+        RECIPES["qwen3_4b_dapo"], "a3", STACK, (), parity=True, path_check=False, environ={"HOME": FAKE_HOME}
+    )
     assert not _has(built, "is not a string")
 
 
@@ -125,7 +137,7 @@ def test_short_runs_warn_against_the_reference_step(tmp_path: Path, make_parquet
 
 
 def _rows(built: plan.Plan) -> list[tuple[str, str]]:
-    from recipes.launch import report
+    from recipes.launch.planning import report
 
     return report.rows(built)
 
@@ -172,12 +184,14 @@ def test_checkpoint_disk_short_is_an_error(
     # the fake model's shape (its config.json): ~0.1M parameters, ~1.3 MB per checkpoint at 12 B/parameter
     params = memory.facts_for(environ["MODEL_PATH"], RECIPES["qwen3_4b_sft"].model).parameters
     monkeypatch.setattr(budget, "free_bytes", lambda path: (params * 12 + 10**5, Path(path).parent))  # 1 ckpt fits
-    built = plan.build(RECIPES["qwen3_4b_sft"], "a3", [], path_check=True, environ=environ)
+    built = plan.build(RECIPES["qwen3_4b_sft"], "a3", STACK, [], path_check=True, environ=environ)
     assert built.facts.checkpoints.per_checkpoint == params * 12
     free = budget.human(params * 12 + 10**5)
     assert _has(built, "checkpoints need ~") and _has(built, f"{free} free"), built.errors
     assert _has(built, "trainer.max_ckpt_to_keep=N")
-    built = plan.build(RECIPES["qwen3_4b_sft"], "a3", ["trainer.max_ckpt_to_keep=1"], path_check=True, environ=environ)
+    built = plan.build(
+        RECIPES["qwen3_4b_sft"], "a3", STACK, ["trainer.max_ckpt_to_keep=1"], path_check=True, environ=environ
+    )
     assert not _has(built, "checkpoints need"), built.errors
     assert "free at" in dict(_rows(built))["checkpoint disk"]
 
@@ -191,7 +205,9 @@ def test_resume_path_must_exist(tmp_path: Path, make_model: Callable, make_parqu
     }
 
     def errors(*overrides: str) -> list[str]:
-        return plan.build(RECIPES["qwen3_4b_sft"], "cpu", list(overrides), path_check=True, environ=environ).errors
+        return plan.build(
+            RECIPES["qwen3_4b_sft"], "cpu", STACK, list(overrides), path_check=True, environ=environ
+        ).errors
 
     assert any("needs trainer.resume_from_path" in e for e in errors("trainer.resume_mode=resume_path"))
     missing = tmp_path / "ckpt" / "global_step_10"

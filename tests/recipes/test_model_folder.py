@@ -11,9 +11,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from platforms import model_folder
-from recipes.launch import budget, plan
-from recipes.launch.catalog import RECIPES
+from platforms import model_folder, stacks
+from recipes.launch.planning import plan
+from recipes.launch.run_inputs.catalog import RECIPES
+from recipes.launch.sizing import budget
+
+#: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
+STACK = stacks.resolve(environ={})
 
 SEVEN_B = RECIPES["qwen2.5_7b_sft"]
 SHARDS = [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)]
@@ -102,7 +106,7 @@ def test_a_complete_tiny_folder_passes(tmp_path: Path) -> None:
 def test_the_dry_run_refuses_the_partial_folder_with_the_download_to_finish(tmp_path: Path) -> None:
     folder = _sharded(tmp_path / "Qwen2.5-7B-Instruct", {SHARDS[0]: bytes(1000)})
     environ = {"HOME": str(tmp_path), "MODEL_PATH": str(folder), "CKPT_DIR": str(tmp_path / "ckpt")}
-    built = plan.build(SEVEN_B, "a3", [], path_check=True, environ=environ)
+    built = plan.build(SEVEN_B, "a3", STACK, [], path_check=True, environ=environ)
     (line,) = [e for e in built.errors if e.startswith("model ")]
     assert f"model MODEL_PATH={folder} is incomplete: 3 of the 4 shards" in line
     assert f"-> finish the download: hf download Qwen/Qwen2.5-7B-Instruct --local-dir {folder}" in line
@@ -116,7 +120,9 @@ def test_the_checkpoint_estimate_is_the_models_shape_whatever_is_on_disk(tmp_pat
         with (big / name).open("wb") as handle:
             handle.truncate(40 * 10**9)
     for where in (str(tmp_path / "absent"), str(partial), str(big)):
-        built = plan.build(SEVEN_B, "a3", [], path_check=False, environ={"HOME": str(tmp_path), "MODEL_PATH": where})
+        built = plan.build(
+            SEVEN_B, "a3", STACK, [], path_check=False, environ={"HOME": str(tmp_path), "MODEL_PATH": where}
+        )
         assert built.facts is not None and built.facts.checkpoints.per_checkpoint == facts_based, where
     assert facts_based > 90e9
 
@@ -134,7 +140,12 @@ def test_a_verl_checkpoint_given_as_the_model_says_to_merge_it(tmp_path: Path) -
             f"is a verl FSDP checkpoint, not a Hugging Face model folder: {merge}"
         ]
     built = plan.build(
-        RECIPES["qwen3_4b_dapo"], "a3", [], path_check=True, environ={"HOME": str(tmp_path), "MODEL_PATH": str(step)}
+        RECIPES["qwen3_4b_dapo"],
+        "a3",
+        STACK,
+        [],
+        path_check=True,
+        environ={"HOME": str(tmp_path), "MODEL_PATH": str(step)},
     )
     assert (
         f"model MODEL_PATH={step} is a verl FSDP checkpoint, not a Hugging Face model folder: {merge}" in built.errors

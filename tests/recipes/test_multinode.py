@@ -19,10 +19,15 @@ import pytest
 from kit_testing import REPO_ROOT, child_pids, free_port
 from omegaconf import OmegaConf
 
+from platforms import stacks
 from platforms.cli_errors import UsageError
 from platforms.cpu import CPU_RAY_NUM_CPUS
-from recipes.launch import cluster, node_sandbox, nodenet, plan, ray_node
-from recipes.launch.catalog import RECIPES
+from recipes.launch.cluster import node_sandbox, nodenet, ray_cluster, ray_node
+from recipes.launch.planning import plan
+from recipes.launch.run_inputs.catalog import RECIPES
+
+#: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
+STACK = stacks.resolve(environ={})
 
 IP_ADDR = """\
 1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever
@@ -92,7 +97,7 @@ def _start(request: ray_node.NodeRequest, environ: dict[str, str], probes: noden
 
 
 def test_worker_joins_over_the_nic_that_routes_to_the_head(capsys: pytest.CaptureFixture[str]) -> None:
-    request = ray_node.NodeRequest("worker", "cpu", address="10.0.0.1")
+    request = ray_node.NodeRequest("worker", "cpu", STACK, address="10.0.0.1")
     command, env = _start(request, {"PATH": "/usr/bin", "GLOO_SOCKET_IFNAME": "eth9"}, fake_probes())
     assert command[1:] == [
         "start",
@@ -105,7 +110,7 @@ def test_worker_joins_over_the_nic_that_routes_to_the_head(capsys: pytest.Captur
     assert env["PYTHONPATH"].split(":")[0] == str(REPO_ROOT)
     out = capsys.readouterr().out
     assert "node 10.0.0.2, GLOO/TP socket interface bond0 (kept from the environment: GLOO_SOCKET_IFNAME=eth9" in out
-    forced = ray_node.NodeRequest("worker", "cpu", address="10.0.0.1", ifname="eno1")
+    forced = ray_node.NodeRequest("worker", "cpu", STACK, address="10.0.0.1", ifname="eno1")
     _, env = _start(forced, {"GLOO_SOCKET_IFNAME": "eth9"}, fake_probes())
     assert env["GLOO_SOCKET_IFNAME"] == env["TP_SOCKET_IFNAME"] == "eno1"
     for request in (forced, replace(forced, dry_run=True)):  # issue 21, finding 9: the dry run took it too
@@ -115,7 +120,7 @@ def test_worker_joins_over_the_nic_that_routes_to_the_head(capsys: pytest.Captur
 
 
 def test_head_dashboard_stays_local_and_next_steps_are_printed(capsys: pytest.CaptureFixture[str]) -> None:
-    command, env = _start(ray_node.NodeRequest("head", "cpu", port=6390), {}, fake_probes())
+    command, env = _start(ray_node.NodeRequest("head", "cpu", STACK, port=6390), {}, fake_probes())
     assert command[1:] == [
         "start",
         "--head",
@@ -132,10 +137,10 @@ def test_head_dashboard_stays_local_and_next_steps_are_printed(capsys: pytest.Ca
 def test_a_start_that_cannot_tell_the_node_stops_with_one_line() -> None:
     no_route = fake_probes(routes={})
     with pytest.raises(UsageError, match="cannot tell this node's address"):
-        _start(ray_node.NodeRequest("worker", "cpu", address="10.0.0.1"), {}, no_route)
+        _start(ray_node.NodeRequest("worker", "cpu", STACK, address="10.0.0.1"), {}, no_route)
     with pytest.raises(UsageError, match=r"no interface holds 10.0.0.2"):
-        _start(ray_node.NodeRequest("worker", "cpu", address="10.0.0.1"), {}, fake_probes(ip_text=None))
-    failed = ray_node.NodeRequest("head", "cpu")
+        _start(ray_node.NodeRequest("worker", "cpu", STACK, address="10.0.0.1"), {}, fake_probes(ip_text=None))
+    failed = ray_node.NodeRequest("head", "cpu", STACK)
     with pytest.raises(ray_node.NodeError, match="`ray start` exited with status 3"):
         ray_node.start_node(failed, {}, fake_probes(), lambda command, env: 3)
 
@@ -146,7 +151,7 @@ def test_a_start_that_cannot_tell_the_node_stops_with_one_line() -> None:
 def _sft(environ: dict[str, str], hw: str = "a3", **kwargs: object) -> plan.Plan:
     """qwen2.5_32b_sft: 2 nodes on a3, 4 on a2, 2 on cuda."""
     return plan.build(
-        RECIPES["qwen2.5_32b_sft"], hw, path_check=False, environ={"HOME": FAKE_HOME, **environ}, **kwargs
+        RECIPES["qwen2.5_32b_sft"], hw, STACK, path_check=False, environ={"HOME": FAKE_HOME, **environ}, **kwargs
     )  # type: ignore[arg-type]
 
 
@@ -207,7 +212,7 @@ def test_torchrun_gets_the_socket_interface_of_the_node(monkeypatch: pytest.Monk
     assert "HCCL_SOCKET_IFNAME" not in mine.env and mine.env["GLOO_SOCKET_IFNAME"] == "bond0"  # the user's stays
     named = _sft({"MASTER_ADDR": "10.0.0.1", "NODE_RANK": "1", "KIT_IFNAME": "ib0"})
     assert named.env["TP_SOCKET_IFNAME"] == "ib0"
-    single = plan.build(RECIPES["qwen3_4b_sft"], "a3", path_check=False, environ={"HOME": FAKE_HOME})
+    single = plan.build(RECIPES["qwen3_4b_sft"], "a3", STACK, path_check=False, environ={"HOME": FAKE_HOME})
     assert not any(name.endswith("_SOCKET_IFNAME") for name in single.env)  # one node: nothing to bind
 
 
@@ -226,7 +231,13 @@ def test_the_launch_warns_when_the_interface_is_unknown(monkeypatch: pytest.Monk
 
 def _rl(environ: dict[str, str], *overrides: str, **kwargs: object) -> plan.Plan:
     return plan.build(
-        RECIPES["qwen2.5_32b_dapo"], "a3", overrides, path_check=False, environ={"HOME": FAKE_HOME, **environ}, **kwargs
+        RECIPES["qwen2.5_32b_dapo"],
+        "a3",
+        STACK,
+        overrides,
+        path_check=False,
+        environ={"HOME": FAKE_HOME, **environ},
+        **kwargs,
     )  # type: ignore[arg-type]
 
 
@@ -237,7 +248,7 @@ def test_dry_run_warns_on_a_loopback_sandbox_with_several_nodes() -> None:
         assert len(note) == 1 and "--with-sandbox" in note[0] and url in note[0]
     assert any("is loopback" in w for w in _rl({}).warnings)  # the default URL is loopback too
     assert not any("is loopback" in w for w in _rl({"RETOOL_SANDBOX_URL": "http://10.0.0.5:8080/run_code"}).warnings)
-    one_node = plan.build(RECIPES["qwen3_4b_dapo"], "a3", path_check=False, environ={"HOME": FAKE_HOME})
+    one_node = plan.build(RECIPES["qwen3_4b_dapo"], "a3", STACK, path_check=False, environ={"HOME": FAKE_HOME})
     assert not any("is loopback" in w for w in one_node.warnings)
 
 
@@ -249,18 +260,18 @@ def test_sandbox_reach_problems_name_the_node_and_the_fix() -> None:
         asked.append((health, address))
         return answers
 
-    problems = cluster.sandbox_reach_problems("http://127.0.0.1:8080/run_code", "10.0.0.1:6379", probe=probe)
+    problems = ray_cluster.sandbox_reach_problems("http://127.0.0.1:8080/run_code", "10.0.0.1:6379", probe=probe)
     assert asked == [("http://127.0.0.1:8080/health", "10.0.0.1:6379")]
     assert len(problems) == 1 and problems[0].startswith("node 10.0.0.2 (node1) cannot reach the sandbox")
     assert "scripts/ray_cluster.sh head|worker --with-sandbox" in problems[0]
-    routable = cluster.sandbox_reach_problems("http://10.0.0.9:8080/run_code", None, probe=probe)
+    routable = ray_cluster.sandbox_reach_problems("http://10.0.0.9:8080/run_code", None, probe=probe)
     assert "--host 0.0.0.0" in routable[0]
-    assert cluster.sandbox_reach_problems("http://h:1/run_code", None, probe=lambda *a: {"n": None}) == []
+    assert ray_cluster.sandbox_reach_problems("http://h:1/run_code", None, probe=lambda *a: {"n": None}) == []
 
     def broken(*args: object) -> dict[str, str | None]:
         raise ConnectionError("nothing answers at 10.0.0.1:6379")
 
-    assert cluster.sandbox_reach_problems("http://h:1/run_code", None, probe=broken) == [
+    assert ray_cluster.sandbox_reach_problems("http://h:1/run_code", None, probe=broken) == [
         "could not ask the Ray nodes whether they reach http://h:1/health (ConnectionError: nothing answers at "
         "10.0.0.1:6379)"
     ]
@@ -268,17 +279,18 @@ def test_sandbox_reach_problems_name_the_node_and_the_fix() -> None:
 
 def test_the_launch_asks_every_node_before_training(monkeypatch: pytest.MonkeyPatch) -> None:
     """plan's real-launch path (cpu, so this machine's platform is available) with the Ray checks replaced."""
-    monkeypatch.setattr(cluster, "cluster_problems", lambda hw, nodes, address: [])
+    monkeypatch.setattr(ray_cluster, "cluster_problems", lambda hw, nodes, address: [])
     seen = []
 
     def reach(url: str, address: str | None) -> list[str]:
         seen.append((url, address))
         return ["node 10.0.0.2 (node1) cannot reach the sandbox: GET http://127.0.0.1:8080/health: refused"]
 
-    monkeypatch.setattr(cluster, "sandbox_reach_problems", reach)
+    monkeypatch.setattr(ray_cluster, "sandbox_reach_problems", reach)
     built = plan.build(
         RECIPES["qwen3_4b_dapo"],
         "cpu",
+        STACK,
         ["trainer.nnodes=2"],
         path_check=False,
         for_launch=True,
@@ -288,17 +300,19 @@ def test_the_launch_asks_every_node_before_training(monkeypatch: pytest.MonkeyPa
     assert "sandbox: node 10.0.0.2 (node1) cannot reach the sandbox: GET http://127.0.0.1:8080/health: refused" in (
         built.errors
     )
-    monkeypatch.setattr(cluster, "cluster_problems", lambda hw, nodes, address: ["1 live node(s) joined, expected 2"])
+    monkeypatch.setattr(
+        ray_cluster, "cluster_problems", lambda hw, nodes, address: ["1 live node(s) joined, expected 2"]
+    )
     seen.clear()
     built = plan.build(
-        RECIPES["qwen3_4b_dapo"], "cpu", ["trainer.nnodes=2"], path_check=False, for_launch=True, environ={}
+        RECIPES["qwen3_4b_dapo"], "cpu", STACK, ["trainer.nnodes=2"], path_check=False, for_launch=True, environ={}
     )
     assert seen == [] and "Ray: 1 live node(s) joined, expected 2" in built.errors  # no cluster, nothing to ask
     assert not any(item.startswith("Ray cluster:") for item in built.checked)
-    monkeypatch.setattr(cluster, "cluster_problems", lambda hw, nodes, address: [])
-    monkeypatch.setattr(cluster, "sandbox_reach_problems", lambda url, address: [])
+    monkeypatch.setattr(ray_cluster, "cluster_problems", lambda hw, nodes, address: [])
+    monkeypatch.setattr(ray_cluster, "sandbox_reach_problems", lambda url, address: [])
     built = plan.build(
-        RECIPES["qwen3_4b_dapo"], "cpu", ["trainer.nnodes=2"], path_check=False, for_launch=True, environ={}
+        RECIPES["qwen3_4b_dapo"], "cpu", STACK, ["trainer.nnodes=2"], path_check=False, for_launch=True, environ={}
     )
     assert "Ray cluster: 2 live nodes, each reaches the sandbox" in built.checked, (built.errors, built.checked)
 
@@ -307,16 +321,20 @@ def test_a_run_that_joins_a_cluster_does_not_pass_num_cpus() -> None:
     """ray.init refuses num_cpus when it connects to a running cluster: the CPU platform's value stopped GRPO on two
     containers (scripts/test_images.sh --two-node). Dropped for nnodes > 1 and for RAY_ADDRESS; a user's refused."""
     key = "ray_kwargs.ray_init.num_cpus"
-    alone = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", [], path_check=False, environ={})
+    alone = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", STACK, [], path_check=False, environ={})
     assert any(arg.startswith(f"{key}=") for arg in alone.argv)
     for overrides, environ in ((["trainer.nnodes=2"], {}), ([], {"RAY_ADDRESS": "10.0.0.1:6379"})):
-        joined = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", overrides, path_check=False, environ=environ)
+        joined = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", STACK, overrides, path_check=False, environ=environ)
         assert not joined.errors, joined.errors
         assert not any(arg.startswith(f"{key}=") for arg in joined.argv)
         assert joined.cfg is not None and OmegaConf.select(joined.cfg, key) is None
     with pytest.raises(UsageError, match="joins a running Ray cluster"):
-        plan.build(RECIPES["qwen3_4b_dapo"], "cpu", ["trainer.nnodes=2", f"{key}=4"], path_check=False, environ={})
-    sft = plan.build(RECIPES["qwen3_4b_sft"], "cpu", [], path_check=False, environ={"RAY_ADDRESS": "10.0.0.1:6379"})
+        plan.build(
+            RECIPES["qwen3_4b_dapo"], "cpu", STACK, ["trainer.nnodes=2", f"{key}=4"], path_check=False, environ={}
+        )
+    sft = plan.build(
+        RECIPES["qwen3_4b_sft"], "cpu", STACK, [], path_check=False, environ={"RAY_ADDRESS": "10.0.0.1:6379"}
+    )
     assert not sft.errors
 
 

@@ -1,4 +1,4 @@
-"""``--parity`` (recipes/launch/parity.py): every kit numerical change is undone where each one lives.
+"""``--parity`` (recipes/launch/planning/parity.py): every kit numerical change is undone where each one lives.
 
 Each assertion compares a parity plan with the default plan of the same recipe, so a setting that stops reaching the
 config, the process environment, the Ray job's environment or the tool config fails here.
@@ -9,15 +9,20 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from recipes.launch import inputs, parity, plan, report
-from recipes.launch.catalog import RECIPES
+from platforms import stacks
+from recipes.launch.planning import parity, plan, report
+from recipes.launch.run_inputs import inputs
+from recipes.launch.run_inputs.catalog import RECIPES
 from recipes.retool import TOOL_CONFIG_PATH
+
+#: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
+STACK = stacks.resolve(environ={})
 
 ENVIRON = {"HOME": "/nonexistent/kit-home"}
 
 
 def _build(name: str, *, parity_on: bool, hw: str = "a3") -> plan.Plan:
-    built = plan.build(RECIPES[name], hw, (), parity=parity_on, path_check=False, environ=dict(ENVIRON))
+    built = plan.build(RECIPES[name], hw, STACK, (), parity=parity_on, path_check=False, environ=dict(ENVIRON))
     assert built.cfg is not None, built.errors
     return built
 

@@ -8,8 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from recipes.launch import mounts, paths, plan
-from recipes.launch.catalog import RECIPES
+from platforms import stacks
+from recipes.launch.planning import plan
+from recipes.launch.run_inputs import mounts, paths
+from recipes.launch.run_inputs.catalog import RECIPES
+
+#: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
+STACK = stacks.resolve(environ={})
 
 #: /proc/self/mountinfo of a `docker run --rm -v /data/ckpt:/root/checkpoints/retool` container (overlay2 root),
 #: trimmed; the mount point with a space shows mountinfo's octal escapes.
@@ -148,7 +153,7 @@ def test_the_launcher_refuses_it(
     }
 
     def errors() -> list[str]:
-        return plan.build(RECIPES["qwen3_4b_sft"], "cpu", [], path_check=True, environ=environ).errors
+        return plan.build(RECIPES["qwen3_4b_sft"], "cpu", STACK, [], path_check=True, environ=environ).errors
 
     mountinfo(DOCKER)
     found = [e for e in errors() if "own filesystem" in e]
@@ -175,10 +180,10 @@ def test_the_launcher_refuses_dump_dirs_that_vanish_with_the_container(
         f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
     ]
     mountinfo(PODMAN + f"50 1 8:1 / {tmp_path / 'mounted'} rw - xfs /dev/sdb1 rw\n")  # only the checkpoints mounted
-    errors = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", dumps, path_check=True, environ=environ).errors
+    errors = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", STACK, dumps, path_check=True, environ=environ).errors
     found = [e for e in errors if "own filesystem" in e]
     assert any(e.startswith("validation dump dir") and "eval/qwen3_4b" in e for e in found), errors
     assert any(e.startswith("rollout dump dir") for e in found) and not any("checkpoint dir" in e for e in found)
     mountinfo(HOST)
-    errors = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", dumps, path_check=True, environ=environ).errors
+    errors = plan.build(RECIPES["qwen3_4b_dapo"], "cpu", STACK, dumps, path_check=True, environ=environ).errors
     assert not any("own filesystem" in e for e in errors), errors

@@ -2,8 +2,8 @@
 
 Both go through :func:`recipes.launch.cli._plan`; before, only ``run`` applied the profile's environment, so
 ``plan --dry-run`` left ``VERL_USE_EXTERNAL_MODULES=npu_kernels.auto`` out of the RL command on a2/a3/cuda/h200
-while promising the command a launch runs (``recipes/launch/plan.py`` module docstring). In-process: 60 dry runs as
-subprocesses would take minutes.
+while promising the command a launch runs (``recipes/launch/planning/plan.py`` module docstring). In-process: 60 dry
+runs as subprocesses would take minutes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 
 from platforms import PROFILE_NAMES
 from recipes.launch import cli
-from recipes.launch.catalog import RECIPES
+from recipes.launch.run_inputs.catalog import RECIPES
 
 
 def _dry_run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:

@@ -24,7 +24,7 @@ import pytest
 from kit_testing import kit_env, run_kit_script
 
 from platforms.cpu import CPU_RAY_NUM_CPUS
-from recipes.launch import cluster
+from recipes.launch.cluster import ray_cluster
 
 
 def run(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -94,12 +94,12 @@ def test_setup_scripts_are_sourced_by_the_shell(launch_env: dict[str, str], tmp_
         (root / script).parent.mkdir(parents=True)
         (root / script).write_text(f'export KIT_TEST_SOURCED="${{KIT_TEST_SOURCED:-}}:{script}"\n')
     launch_env["KIT_ASCEND_ROOT"] = str(root)
-    # a KIT_PYTHON that runs a probe instead of recipes.launch.cluster: what the Python side inherits
+    # a KIT_PYTHON that runs a probe instead of recipes.launch.cluster.ray_cluster: what the Python side inherits
     probe = tmp_path / "probe.py"
     probe.write_text("import os, sys; print(os.environ.get('KIT_TEST_SOURCED')); sys.exit(0)\n")
     launch_env["KIT_PYTHON"] = str(tmp_path / "python")
     (tmp_path / "python").write_text(
-        f'#!/bin/sh\nif [ "$2" = recipes.launch.cluster ]; then exec {sys.executable} {probe}; fi\n'
+        f'#!/bin/sh\nif [ "$2" = recipes.launch.cluster.ray_cluster ]; then exec {sys.executable} {probe}; fi\n'
         f'exec {sys.executable} "$@"\n'
     )
     (tmp_path / "python").chmod(0o755)
@@ -161,7 +161,7 @@ def _node(address: str, npus: float, alive: bool = True) -> dict:
     ],
 )
 def test_status_evaluation(nodes: list[dict], problems: list[str]) -> None:
-    found = cluster.evaluate(cluster.node_states(nodes, "NPU"), "a3", 2)
+    found = ray_cluster.evaluate(ray_cluster.node_states(nodes, "NPU"), "a3", 2)
     assert [p.split(" (start it")[0] for p in found] == problems
 
 
@@ -218,7 +218,7 @@ def test_launch_preflight_fails_fast_without_a_cluster() -> None:
     """The launcher's multi-node RL pre-flight: seconds, not ray.init's minutes of GCS retries."""
     port = _free_port()
     start = time.monotonic()
-    problems = cluster.cluster_problems("a3", 2, f"127.0.0.1:{port}")
+    problems = ray_cluster.cluster_problems("a3", 2, f"127.0.0.1:{port}")
     assert time.monotonic() - start < 30
     assert len(problems) == 1 and "no Ray cluster at" in problems[0] and "scripts/ray_cluster.sh" in problems[0]
 
@@ -241,16 +241,16 @@ def test_every_node_is_asked_to_reach_the_sandbox(ray_head: str) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/run_code"
-        answers = cluster.probe_every_node(cluster.health_url_of(url), ray_head, 5.0)
+        answers = ray_cluster.probe_every_node(ray_cluster.health_url_of(url), ray_head, 5.0)
         assert list(answers.values()) == [None], answers  # one node, and it reached the sandbox
         node = next(iter(answers))  # "<its address> (<its host name>)"
         assert node.endswith(f" ({socket.gethostname()})"), node
-        assert cluster.sandbox_reach_problems(url, ray_head, timeout_s=5.0) == []
+        assert ray_cluster.sandbox_reach_problems(url, ray_head, timeout_s=5.0) == []
     finally:
         server.shutdown()
         server.server_close()
     closed = f"http://127.0.0.1:{_free_port()}/run_code"
-    problems = cluster.sandbox_reach_problems(closed, ray_head, timeout_s=5.0)
+    problems = ray_cluster.sandbox_reach_problems(closed, ray_head, timeout_s=5.0)
     assert len(problems) == 1, problems
     assert (
         problems[0].startswith(f"node {node} cannot reach the sandbox")

@@ -1,4 +1,4 @@
-"""RL checkpoint -> Hugging Face folder (scripts/rl_to_hf.sh, recipes/launch/export.py), without a real merge.
+"""RL checkpoint -> Hugging Face folder (scripts/rl_to_hf.sh, recipes/launch/handoffs/export.py), without a real merge.
 
 The real merge of an RL run's actor (2 ranks, FSDP2) and the evaluation of the merged folder run end to end in
 tests/cpu/test_cpu_rl.py (test_rl_checkpoint_merges_and_scores). Here: the step it picks, the shards it checks,
@@ -14,7 +14,7 @@ import pytest
 from kit_testing import run_kit_script
 
 from platforms.cli_errors import EXIT_FAILED, EXIT_USAGE
-from recipes.launch import export, handoff
+from recipes.launch.handoffs import export, handoff
 
 
 def fake_rl_checkpoint(ckpt: Path, step: int, world: int = 2) -> Path:
@@ -39,7 +39,9 @@ def test_dry_run_merges_the_newest_step_of_the_rl_run(launch_env: dict[str, str]
     target = ckpt / "hf_step_20"
     lines = proc.stdout.splitlines()
     assert lines[0] == f"RL checkpoint: {actor} (step 20)"
-    assert lines[1].endswith(f"-m recipes.launch.merger merge --backend fsdp --local_dir {actor} --target_dir {target}")
+    assert lines[1].endswith(
+        f"-m recipes.launch.handoffs.merger merge --backend fsdp --local_dir {actor} --target_dir {target}"
+    )
     assert lines[2:] == [
         f"model of RL step 20: {target}",
         f"  score it: bash scripts/eval_model.sh --recipe qwen3_4b --hw a3 --model {target} --name rl_step_20",

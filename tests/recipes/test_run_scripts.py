@@ -16,7 +16,7 @@ import pytest
 from kit_testing import REPO_ROOT
 
 from platforms.cpu import PACKED_ATTENTION
-from recipes.launch.catalog import CONFIG_DIR, RECIPES
+from recipes.launch.run_inputs.catalog import CONFIG_DIR, RECIPES
 
 SCRIPTS = sorted(REPO_ROOT.glob("recipes/run_*_npu.sh"))
 

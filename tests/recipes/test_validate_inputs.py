@@ -16,8 +16,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from omegaconf import OmegaConf
 
-from platforms import PROFILES, data_file, model_folder
-from recipes.launch import paths, validate_resume, validate_values
+from platforms import PROFILES, data_file, model_folder, stacks
+from recipes.launch.planning import validate_resume, validate_values
+from recipes.launch.run_inputs import paths
+
+#: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
+STACK = stacks.resolve(environ={})
 
 MESSAGES = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "\\boxed{2}"}]
 DAPO_ROW = {
@@ -164,8 +168,8 @@ def test_a_checkpoint_of_the_other_phase_is_no_resume_path(tmp_path: Path) -> No
 
 def test_the_plan_refuses_each_case_before_any_work(tmp_path: Path, make_model, make_parquet) -> None:
     """The dry run and the launch build the same plan: each issue-44 input ends in its error line there."""
-    from recipes.launch import plan
-    from recipes.launch.catalog import RECIPES
+    from recipes.launch.planning import plan
+    from recipes.launch.run_inputs.catalog import RECIPES
 
     model, bare = make_model(tmp_path / "model"), make_model(tmp_path / "bare")
     (bare / "tokenizer.json").unlink()
@@ -186,8 +190,8 @@ def test_the_plan_refuses_each_case_before_any_work(tmp_path: Path, make_model, 
         (rl, good, ["actor_rollout_ref.actor.optim.lr=-1"], "actor_rollout_ref.actor.optim.lr=-1 must be > 0"),
     ]
     for recipe, environ, overrides, line in runs:
-        built = plan.build(recipe, "a2", overrides, path_check=True, environ=environ)
+        built = plan.build(recipe, "a2", STACK, overrides, path_check=True, environ=environ)
         assert any(e.startswith(line) for e in built.errors), (line, built.errors)
     rl_sft_data = {**good, "TRAIN_FILE": str(_parquet(tmp_path / "s.parquet", [{"messages": MESSAGES}] * 64))}
-    built = plan.build(rl, "a2", [], path_check=True, environ=rl_sft_data)
+    built = plan.build(rl, "a2", STACK, [], path_check=True, environ=rl_sft_data)
     assert any("not RL data: the kit's ReToolRLDataset takes" in e for e in built.errors), built.errors

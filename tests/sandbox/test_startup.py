@@ -65,9 +65,9 @@ def test_ready_is_logged_at_info_once_serving(helpers, tmp_path: Path) -> None:
         assert health["capacity"] == health["workers"] + health["max_queue"] == 1 + 1024
         metrics = requests.get(f"{srv.base}/metrics", timeout=5).text
         assert "retool_sandbox_max_queue 1024" in metrics
-        # the launcher's dry run reads the same numbers (recipes/launch/capacity.py)
+        # the launcher's dry run reads the same numbers (recipes/launch/sizing/capacity.py)
         pytest.importorskip("omegaconf")
-        from recipes.launch.capacity import read_capacity
+        from recipes.launch.sizing.capacity import read_capacity
 
         assert read_capacity(srv.url).total == 1025
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env
 
+from platforms.stacks import REFERENCE
 from recipes.smoke import bench_learn, sabotage
 from recipes.smoke.bench_learn import LEARNED, NOT_LEARNED, RUNS, SHIPPED, Run
 
@@ -90,7 +91,7 @@ def _bench(tmp_path: Path, outcomes: dict, *args: str) -> tuple[int, list, Path]
 
 
 def test_each_run_changes_only_its_own_sabotage(tmp_path: Path) -> None:
-    runs = {run.name: run for run in bench_learn.plan(tmp_path, seed=3)}
+    runs = {run.name: run for run in bench_learn.plan(tmp_path, 3, REFERENCE)}
     assert list(runs) == list(RUNS) == [SHIPPED, "weight-sync", "reward-sign", "loss-mask"]
     shipped = runs[SHIPPED]
     smoke_sh = str(REPO_ROOT / "scripts" / "smoke.sh")
@@ -113,12 +114,12 @@ def test_each_run_changes_only_its_own_sabotage(tmp_path: Path) -> None:
         assert run.expect == NOT_LEARNED and run.out == tmp_path / name and run.marker
         assert run.argv[run.argv.index("--from-sft") + 1] == str(tmp_path / SHIPPED), "SFT is done once"
         assert "--from-sft" not in shipped.argv and "--rl-override" not in shipped.argv
-    assert all("--force" in run.argv for run in bench_learn.plan(tmp_path, seed=0, force=True))
+    assert all("--force" in run.argv for run in bench_learn.plan(tmp_path, 0, REFERENCE, force=True))
 
 
 def test_a_sabotage_keeps_the_external_modules_already_set() -> None:
     environ = {sabotage.EXTERNAL_MODULES_ENV: "npu_kernels.auto"}
-    run = {run.name: run for run in bench_learn.plan(Path("/x"), 0, environ=environ)}["weight-sync"]
+    run = {run.name: run for run in bench_learn.plan(Path("/x"), 0, REFERENCE, environ=environ)}["weight-sync"]
     modules = run.environment(environ)[sabotage.EXTERNAL_MODULES_ENV]
     assert modules == f"npu_kernels.auto,{sabotage.HOOKS_MODULE}"
     assert sabotage.switched_on({sabotage.EXTERNAL_MODULES_ENV: modules}) == [f"VERL_USE_EXTERNAL_MODULES={modules}"]
@@ -148,7 +149,7 @@ def test_the_planned_commands_are_ones_the_smoke_accepts(tmp_path: Path) -> None
     """Each run's smoke.sh words pass the smoke's own checks; the sabotage runs start from OUT/shipped with no data,
     SFT or merge command of their own."""
     out = tmp_path / "bench"
-    runs = bench_learn.plan(out, seed=0)
+    runs = bench_learn.plan(out, 0, REFERENCE)
     assert _smoke_dry_run(runs[0]) == ["data"] * 3 + ["sft", "merge", "sandbox", "rl", "eval", "plots"]
     (out / SHIPPED).mkdir(parents=True)  # what the shipped run leaves: its SFT stages ok
     summary = {"task": "learn", "stages": [{"name": name, "status": "ok"} for name in SFT_STAGES]}

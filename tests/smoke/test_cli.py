@@ -16,6 +16,7 @@ from kit_testing import REPO_ROOT, kit_env
 
 from platforms import PROFILES
 from platforms.cli_errors import UsageError
+from platforms.stacks import REFERENCE
 from recipes.smoke import cli
 from recipes.smoke.commands import check_rl_overrides, check_sft_overrides
 
@@ -216,7 +217,7 @@ def test_rl_override_without_a_key_stops_before_the_venv() -> None:
 def test_rl_override_the_rl_config_lacks_is_refused(override: str, message: str) -> None:
     """Issue 33: a misspelt key is refused before the first stage (Hydra's struct rule on the composed RL config)."""
     with pytest.raises(UsageError, match=re.escape(message)):
-        check_rl_overrides(PROFILES["cpu"], [override])
+        check_rl_overrides(PROFILES["cpu"], REFERENCE, [override])
 
 
 def test_rl_overrides_hydra_takes_pass() -> None:
@@ -227,14 +228,14 @@ def test_rl_overrides_hydra_takes_pass() -> None:
         "trainer.total_epochs=2",
         "actor@actor_rollout_ref.actor=dp_actor",
     ]
-    check_rl_overrides(PROFILES["cpu"], words)
+    check_rl_overrides(PROFILES["cpu"], REFERENCE, words)
 
 
 def test_sft_overrides_are_checked_against_the_sft_config_and_reach_its_command(tmp_path: Path) -> None:
     """--sft-override (issue 42: the speed bench's baseline trains with sdpa): the SFT config's keys, not the RL's."""
-    check_sft_overrides(PROFILES["cpu"], ["model.attn_implementation=sdpa", "+trainer.new_key=1"])
+    check_sft_overrides(PROFILES["cpu"], REFERENCE, ["model.attn_implementation=sdpa", "+trainer.new_key=1"])
     with pytest.raises(UsageError, match=re.escape("--sft-override actor_rollout_ref.rollout.n=2: the SFT config")):
-        check_sft_overrides(PROFILES["cpu"], ["actor_rollout_ref.rollout.n=2"])
+        check_sft_overrides(PROFILES["cpu"], REFERENCE, ["actor_rollout_ref.rollout.n=2"])
     proc = _dry_run(tmp_path / "run", "--platform", "cpu", "--fast", "--sft-override", "model.attn_implementation=sdpa")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     sft = next(line for line in proc.stdout.splitlines() if "run_qwen3_4b_sft_npu.sh" in line)

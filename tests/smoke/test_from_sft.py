@@ -22,6 +22,7 @@ from kit_testing import kit_env
 
 from platforms import PROFILES
 from platforms.cli_errors import UsageError
+from platforms.stacks import REFERENCE
 from recipes.smoke import cli, sabotage
 from recipes.smoke.learn import LEARN, LEARN_TASK
 from recipes.smoke.pipeline import Smoke
@@ -88,7 +89,7 @@ def test_the_command_line_refuses_nested_folders_and_a_missing_source(tmp_path: 
 
 
 def _smoke(tmp_path: Path, source: Path) -> Smoke:
-    return Smoke(tmp_path / "new", LEARN, PROFILES["cpu"], task=LEARN_TASK, from_sft=source)
+    return Smoke(tmp_path / "new", LEARN, PROFILES["cpu"], REFERENCE, task=LEARN_TASK, from_sft=source)
 
 
 def test_from_sft_copies_the_earlier_runs_files_and_skips_its_stages(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from platforms import PROFILES, pins
+from platforms import PROFILES
+from platforms.stacks import REFERENCE
 from recipes.smoke import cli
 from recipes.smoke.commands import FAST, FULL, SMOKE_TASK, Sizes, SmokeCommands, Task
 from recipes.smoke.learn import LEARN, LEARN_TASK
@@ -21,7 +22,7 @@ from recipes.smoke.learn import LEARN, LEARN_TASK
 
 @pytest.mark.parametrize(("sizes", "task"), [(LEARN, LEARN_TASK), (FAST, SMOKE_TASK), (FULL, SMOKE_TASK)])
 def test_rl_keeps_its_last_checkpoint(tmp_path: Path, sizes: Sizes, task: Task) -> None:
-    argv = SmokeCommands(tmp_path, sizes, PROFILES["cpu"], task=task).rl_command("http://127.0.0.1:9").argv
+    argv = SmokeCommands(tmp_path, sizes, PROFILES["cpu"], REFERENCE, task=task).rl_command("http://127.0.0.1:9").argv
     saves = [word for word in argv if word.startswith("trainer.save_freq=")]
     assert saves[-1] == f"trainer.save_freq={sizes.rl_steps}", saves  # the last override wins in Hydra
     assert f"trainer.total_training_steps={sizes.rl_steps}" in argv
@@ -30,7 +31,7 @@ def test_rl_keeps_its_last_checkpoint(tmp_path: Path, sizes: Sizes, task: Task) 
 
 
 def test_the_users_rl_override_still_wins(tmp_path: Path) -> None:
-    smoke = SmokeCommands(tmp_path, FAST, PROFILES["cpu"], rl_extra=("trainer.save_freq=-1",))
+    smoke = SmokeCommands(tmp_path, FAST, PROFILES["cpu"], REFERENCE, rl_extra=("trainer.save_freq=-1",))
     saves = [word for word in smoke.rl_command("http://127.0.0.1:9").argv if word.startswith("trainer.save_freq=")]
     assert saves[-1] == "trainer.save_freq=-1"
 
@@ -60,5 +61,5 @@ def test_the_dry_run_quotes_a_path_with_a_space(tmp_path: Path, capsys: pytest.C
 def test_the_npu_dry_run_names_the_npu_engine(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = _dry_run(tmp_path / "run", "--platform", "npu", capsys=capsys)
     first = text.splitlines()[0]
-    assert f"rollout vllm (vllm-ascend {pins.get('VLLM_ASCEND_VERSION')})," in first, first
+    assert f"rollout vllm (vllm-ascend {REFERENCE.pin('VLLM_ASCEND_VERSION')})," in first, first
     assert "+cpu" not in first

@@ -8,14 +8,16 @@ stack; the SFT -> RL merge drops the trainer-only attention that verl 0.9.1 save
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from kit_testing import REPO_ROOT
 
 from platforms import PROFILES, stacks, verl_selectors
-from recipes.launch.merger import forget_trainer_attention
-from recipes.smoke import commands
+from platforms.cli_errors import UsageError
+from recipes.launch.handoffs.merger import forget_trainer_attention
+from recipes.smoke import cli, commands
 from recipes.smoke.commands import FULL, SmokeCommands
 from recipes.smoke.learn import LEARN_TASK
 from recipes.smoke.sabotage import REWARD_FILE, REWARD_SIGN
@@ -23,32 +25,32 @@ from recipes.smoke.sabotage import REWARD_FILE, REWARD_SIGN
 SHAPING = "reward_kwargs.shaping=none"
 
 
-@pytest.mark.parametrize("stack", ["0.6.1", "0.9.1"])
-def test_the_learning_tasks_reward_goes_where_the_stacks_verl_reads_it(
-    stack: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("KIT_STACK", stack)
-    key, ignored = stacks.get(stack).verl.reward_key, stacks.get(stack).verl.ignored_reward_key
-    argv = SmokeCommands(tmp_path, FULL, PROFILES["cpu"], task=LEARN_TASK).rl_command("http://x").argv
+@pytest.mark.parametrize("name", ["0.6.1", "0.9.1"])
+def test_the_learning_tasks_reward_goes_where_the_stacks_verl_reads_it(name: str, tmp_path: Path) -> None:
+    """The stack is handed to the commands (issue 49), whatever this process's KIT_STACK: both in one process."""
+    stack = stacks.get(name)
+    key, ignored = stack.verl.reward_key, stack.verl.ignored_reward_key
+    smoke = SmokeCommands(tmp_path, FULL, PROFILES["cpu"], stack, task=LEARN_TASK)
+    argv = smoke.rl_command("http://x").argv
     assert f"{key}.{SHAPING}" in argv
     assert not [word for word in argv if word.startswith(f"{ignored}.")], argv
-    assert REWARD_SIGN.rl_overrides == [f"{key}.path={REWARD_FILE}", f"{key}.name=compute_score"]
+    assert REWARD_SIGN.rl_overrides(stack) == [f"{key}.path={REWARD_FILE}", f"{key}.name=compute_score"]
+    assert smoke.rl_command("http://x").env["KIT_STACK"] == smoke.sft_command().env["KIT_STACK"] == name
 
 
-def test_rl_on_cpu_runs_one_rank_on_091_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert "trainer.n_gpus_per_node=1" in verl_selectors.rl_overrides("0.9.1")
-    assert verl_selectors.rl_overrides("0.6.1") == []
-    monkeypatch.setenv("KIT_STACK", "0.9.1")
-    assert "trainer.n_gpus_per_node=1" in PROFILES["cpu"].verl_overrides("rl")
-    assert not [o for o in PROFILES["cpu"].verl_overrides("sft") if o.startswith("trainer.n_gpus_per_node")]
+def test_rl_on_cpu_runs_one_rank_on_091_only() -> None:
+    assert "trainer.n_gpus_per_node=1" in verl_selectors.rl_overrides(True)
+    assert verl_selectors.rl_overrides(False) == []
+    current, reference = stacks.get("0.9.1"), stacks.get("0.6.1")
+    assert "trainer.n_gpus_per_node=1" in PROFILES["cpu"].verl_overrides("rl", current)
+    assert "trainer.n_gpus_per_node=1" not in PROFILES["cpu"].verl_overrides("rl", reference)
+    assert not [o for o in PROFILES["cpu"].verl_overrides("sft", current) if o.startswith("trainer.n_gpus_per_node")]
 
 
 def test_each_stack_keeps_its_own_smollm2(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("KIT_SMOLLM2_DIR", raising=False)
-    monkeypatch.setenv("KIT_STACK", "0.6.1")
-    reference = commands.smollm2_dir()
-    monkeypatch.setenv("KIT_STACK", "0.9.1")
-    current = commands.smollm2_dir()
+    reference = commands.smollm2_dir(stacks.get("0.6.1"))
+    current = commands.smollm2_dir(stacks.get("0.9.1"))
     assert reference == REPO_ROOT / "build" / "models" / "smollm2-135m-instruct"
     assert current == REPO_ROOT / "build" / "models" / "smollm2-135m-instruct-0.9.1"
 
@@ -71,3 +73,75 @@ def test_the_merge_drops_the_trainers_own_attention() -> None:
     config._attn_implementation = "eager"  # a library attention the user chose stays
     forget_trainer_attention(config)
     assert config._attn_implementation == "eager"
+
+
+def test_the_091_dry_run_prints_commands_that_run_on_091(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 49: ``smoke.sh --stack 0.9.1 --dry-run`` printed stage commands without the stack (KIT_STACK was this
+    process's, so no `env` line named it): pasted into a fresh shell they ran as 0.6.1. Every stage's environment now
+    shows KIT_STACK and the trainers' scripts get ``--stack 0.9.1``; the default stack's get no option."""
+    for name, option in (("0.9.1", ["--stack", "0.9.1"]), ("0.6.1", [])):
+        # the caller's KIT_STACK says 0.6.1 (restored after: the entry point exports the stack it serves); --stack wins
+        monkeypatch.setenv("KIT_STACK", "0.6.1")
+        out = tmp_path / name
+        assert cli.main(["run", "--dry-run", "--platform", "cpu", "--fast", "--out", str(out), *option]) == 0
+        text = capsys.readouterr().out
+        sections = text.split("\n== ")[1:]
+        assert sections and all(
+            f"env KIT_STACK={name}" in section or "(environment as above)" in section for section in sections
+        ), text
+        trainers = [s for s in sections if s.startswith(("sft", "rl"))]
+        assert len(trainers) == 2
+        for section in trainers:
+            assert f"_npu.sh {' '.join([*option, '--hw'])} cpu --scale smoke" in section, section
+        merge = next(s for s in sections if s.startswith("merge"))
+        assert f"--recipe qwen3_4b {' '.join([*option, '--hw'])} cpu" in merge, merge
+
+
+def test_the_help_quotes_the_chosen_stacks_own_times() -> None:
+    """Issue 49: ``smoke.sh --stack 0.9.1 --help`` quoted the reference's times only. Each stack's epilog quotes its
+    own records, every figure one of the numbers of the record its paragraph names (tests/test_measurements.py's
+    rule); a stack without records says the times are the reference's."""
+    from test_measurements import help_disagreements
+
+    from recipes.smoke.cli import build_run_parser
+    from recipes.smoke.help_text import epilog
+
+    for name, records in (("0.6.1", ("learn_speed", "fast_pipeline")), ("0.9.1", ("learn_091", "fast_091"))):
+        text = build_run_parser(stacks.get(name)).format_help()
+        assert help_disagreements(text, f"smoke.sh --stack {name} --help") == []
+        assert all(f"docs/measurements/{record}.yaml" in text for record in records), text
+    current = epilog(stacks.get("0.9.1"))
+    assert "learn_speed.yaml" not in current and "fast_pipeline.yaml" not in current
+    unmeasured = dataclasses.replace(stacks.get("0.9.1"), name="0.10.0")
+    assert "Not measured on stack 0.10.0; on the reference stack 0.6.1:" in epilog(unmeasured)
+
+
+def test_the_sabotage_bench_runs_on_its_stack(tmp_path: Path) -> None:
+    from recipes.smoke import bench_learn
+
+    current = stacks.get("0.9.1")
+    runs = {run.name: run for run in bench_learn.plan(tmp_path, 0, current)}
+    assert all(run.argv[2:4] == ["--stack", "0.9.1"] for run in runs.values())
+    reward = runs[REWARD_SIGN.name].argv
+    assert f"{current.verl.reward_key}.path={REWARD_FILE}" in reward
+    reference = bench_learn.plan(tmp_path, 0, stacks.get("0.6.1"))
+    assert not any("--stack" in run.argv for run in reference)
+
+
+def test_the_speed_bench_takes_the_stacks_tree_and_series() -> None:
+    """scripts/bench_learn_speed.py read KIT_VERL_TREE from its environment; now its stack's tree and series, and a
+    series without patch 0030 (0.9.1's) has no previous run: one line before anything runs."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_learn_speed", REPO_ROOT / "scripts" / "bench_learn_speed.py")
+    assert spec and spec.loader
+    speed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(speed)
+    reference, current = stacks.get("0.6.1"), stacks.get("0.9.1")
+    assert speed.previous_patch(reference).parent == reference.patch_dir
+    with pytest.raises(UsageError, match="stack 0.9.1's series .* has no patch 0030"):
+        speed.previous_patch(current)
+    assert speed.command("current", Path("/o"), 0, current)[2:4] == ["--stack", "0.9.1"]
+    assert "--stack" not in speed.command("current", Path("/o"), 0, reference)

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from kit_testing import REPO_ROOT, free_port, kit_env
 
+from platforms import stacks
 from platforms.cli_errors import EXIT_FAILED, EXIT_USAGE, KitError, UsageError
 from recipes.retool.bundle import file_sha256
 from recipes.retool.schema import TOOL_SCHEMA
@@ -174,7 +175,7 @@ def test_a_file_as_out_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[
 @pytest.fixture(scope="module")
 def smol() -> Path:
     """The real SmolLM2 folder, built (or reused) where the learning check keeps it."""
-    return smollm2.build(smollm2_dir())
+    return smollm2.build(smollm2_dir(stacks.resolve()))
 
 
 @pytest.fixture(scope="module")

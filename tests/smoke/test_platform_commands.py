@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from kit_testing import REPO_ROOT, kit_env, tiny_model_dir
 
-from platforms import PROFILES
+from platforms import PROFILES, stacks
+from platforms.stacks import REFERENCE
 from recipes.smoke.commands import FAST, SCALE, SmokeCommands
 
 STUBS = REPO_ROOT / "tests" / "kernels" / "stubs"
@@ -19,7 +20,7 @@ ACCELERATOR_PROFILES = [name for name, profile in PROFILES.items() if profile.de
 
 
 def _smoke(tmp_path: Path, profile: str) -> SmokeCommands:
-    return SmokeCommands(tmp_path / "run", FAST, PROFILES[profile])
+    return SmokeCommands(tmp_path / "run", FAST, PROFILES[profile], REFERENCE)
 
 
 @pytest.mark.parametrize("name", ACCELERATOR_PROFILES)
@@ -35,7 +36,7 @@ def test_trainers_run_the_platforms_profile_at_smoke_scale_on_one_device(
         assert cmd.argv[-2:] == ["trainer.nnodes=1", "trainer.n_gpus_per_node=1"]
         assert not any(arg.startswith("trainer.device=") for arg in cmd.argv), "the launcher adds the platform's"
         # the platform's own environment, as the launcher applies it; the interpreter is this one (the image's)
-        for var in profile.env(phase, cmd.env):
+        for var in profile.env(phase, REFERENCE, cmd.env):
             assert cmd.env.get(var.name) == var.value, (phase, var)
         assert profile.env_problems(cmd.env, phase) == [], phase
         assert "TORCH_DEVICE_BACKEND_AUTOLOAD" not in cmd.env, "verl 0.6.1 must see torch.npu: auto-load stays on"
@@ -55,14 +56,14 @@ def test_cpu_trainers_keep_the_recipes_worker_count(tmp_path: Path) -> None:
 
 def _launcher_plan(cmd, env: dict[str, str]):
     """The launcher's plan of a composed trainer command (what the run script would exec, minus the exec)."""
-    from recipes.launch import catalog
     from recipes.launch.cli import build_run_parser
-    from recipes.launch.plan import build
+    from recipes.launch.planning.plan import build
+    from recipes.launch.run_inputs import catalog
 
     args = build_run_parser().parse_intermixed_args([cmd.recipe, *cmd.argv[2:]])
-    return build(
-        catalog.get(args.recipe), args.profile, args.overrides, scale=args.scale, path_check=False, environ=env
-    )
+    stack = stacks.resolve(args.stack, env)  # as the launcher's entry point resolves it: --stack, else KIT_STACK
+    recipe = catalog.get(args.recipe)
+    return build(recipe, args.profile, stack, args.overrides, scale=args.scale, path_check=False, environ=env)
 
 
 @pytest.mark.parametrize("name", ACCELERATOR_PROFILES)
@@ -119,10 +120,10 @@ def test_dry_run_on_a_stub_accelerator_host(tmp_path: Path, device: str, profile
 
 def test_trace_flag_reaches_the_launcher_and_names_the_store(tmp_path: Path) -> None:
     """--trace: verl's trace backend is set, and the launcher points mlflow at the store the RL stage checks."""
-    from recipes.launch import trace
+    from recipes.launch.supervision import trace
     from recipes.smoke.commands import TRACE_OVERRIDES
 
-    smoke = SmokeCommands(tmp_path, FAST, PROFILES["cpu"], trace=True)
+    smoke = SmokeCommands(tmp_path, FAST, PROFILES["cpu"], REFERENCE, trace=True)
     smoke.merged.parent.mkdir(parents=True, exist_ok=True)
     smoke.merged.symlink_to(tiny_model_dir(), target_is_directory=True)
     cmd = smoke.rl_command("http://127.0.0.1:9")
@@ -131,5 +132,5 @@ def test_trace_flag_reaches_the_launcher_and_names_the_store(tmp_path: Path) -> 
     assert plan.errors == [], "\n".join(plan.errors)
     job_env = plan.cfg.ray_kwargs.ray_init.runtime_env.env_vars
     assert job_env[trace.URI_ENV] == smoke.trace_store.absolute().as_uri() == plan.env[trace.URI_ENV]
-    untraced = SmokeCommands(tmp_path, FAST, PROFILES["cpu"]).rl_command("http://127.0.0.1:9")
+    untraced = SmokeCommands(tmp_path, FAST, PROFILES["cpu"], REFERENCE).rl_command("http://127.0.0.1:9")
     assert not set(TRACE_OVERRIDES) & set(untraced.argv)

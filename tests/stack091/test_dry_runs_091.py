@@ -29,6 +29,8 @@ def test_every_rl_recipe_dry_runs_on_the_current_stack(recipe: str, hw: str, tmp
     assert "stack 0.9.1: verl 0.9.1" in out  # the table names the stack
     command = out[out.index("-m verl.trainer.main_ppo") :]
     assert "stack=0.9.1" in command
+    # the recipe's one reward spec, moved from the reference's key to 0.9.1's (recipes/launch/planning/reward_key.py)
+    assert f"+reward_spec@reward.custom_reward_function={recipe}" in command
     assert "reward.custom_reward_function.path=<KIT>/recipes/retool/reward.py" in command
     assert " custom_reward_function." not in command  # nothing at the key 0.9.1 ignores
 

@@ -68,11 +68,12 @@ def test_plugin_never_autodetected() -> None:
 
 def test_plugin_env_per_stack() -> None:
     """The env and module list the cpu platform adds: the selectors on 0.9.1, nothing on the 0.6.1 reference."""
-    from platforms import verl_platform
+    from platforms import stacks, verl_platform
 
-    assert verl_platform.verl_env("0.6.1") == {} and verl_platform.external_modules("0.6.1") == []
-    assert verl_platform.verl_env("0.9.1") == {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}
-    assert verl_platform.external_modules("0.9.1") == ["platforms.verl_platform"]
+    reference, current = (stacks.get(name).verl.has_platform_registry for name in ("0.6.1", "0.9.1"))
+    assert verl_platform.verl_env(reference) == {} and verl_platform.external_modules(reference) == []
+    assert verl_platform.verl_env(current) == {"VERL_PLATFORM": "cpu", "VERL_ENGINE_DEVICE": "cuda"}
+    assert verl_platform.external_modules(current) == ["platforms.verl_platform"]
 
 
 def test_plugin_engine_selection(cpu_platform: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -47,24 +47,23 @@ def test_every_sft_recipe_dry_runs_on_the_current_stack(recipe: str, hw: str, tm
         assert "dtype:           fp32 compute (trainer); parameters fp32" in out
 
 
-@pytest.fixture
-def stack_091(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KIT_STACK", "0.9.1")
-
-
 def _composed(recipe: str, hw: str, *overrides: str):  # noqa: ANN202 - a DictConfig
-    from recipes.launch import catalog, compose
+    """The recipe composed as the launcher composes it for the current stack (the stack handed over, not read)."""
+    from platforms import stacks
+    from recipes.launch.planning import compose
+    from recipes.launch.run_inputs import catalog
 
-    return compose.compose(catalog.get(recipe), [f"profile={hw}", "stack=0.9.1", *overrides])
+    entry = catalog.get(recipe)
+    return compose.compose(entry, [f"profile={hw}", *compose.stack_overrides(entry, stacks.CURRENT), *overrides])
 
 
 @pytest.mark.parametrize("recipe", SFT_RECIPES)
-def test_the_neutral_values_sit_where_the_launcher_reads_them(recipe: str, stack_091: None) -> None:
+def test_the_neutral_values_sit_where_the_launcher_reads_them(recipe: str) -> None:
     """verl_sft/0.9.1.yaml and SFT_KEYS["0.9.1"] name the same keys (the yaml places, the launcher reads)."""
     from platforms import stacks
 
     cfg = _composed(recipe, "a3")
-    verl = stacks.active().verl
+    verl = stacks.CURRENT.verl
     for role, value in cfg.sft.items():
         assert OmegaConf.select(cfg, verl.sft_key(str(role))) == value, role
     for old in ("ulysses_sequence_parallel_size", "use_remove_padding", "model.partial_pretrain", "data.multiturn"):
@@ -74,7 +73,7 @@ def test_the_neutral_values_sit_where_the_launcher_reads_them(recipe: str, stack
     assert list(cfg.optim.betas) == [0.9, 0.95] and cfg.data.use_dynamic_bsz is False
 
 
-def test_verl_builds_its_engine_and_optimiser_from_the_unresolved_config(stack_091: None) -> None:
+def test_verl_builds_its_engine_and_optimiser_from_the_unresolved_config() -> None:
     """verl resolves the yaml's ``${sft.*}`` interpolations itself when it builds its dataclasses (sft_trainer.py
     :142-143 gets the config as Hydra composed it)."""
     from verl.utils.config import omega_conf_to_dataclass

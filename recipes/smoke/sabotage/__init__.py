@@ -4,8 +4,8 @@
 Why here and not under ``tests/``: the bench is a user-facing command and needs them at run time, in every verl
 process it starts, the Ray workers and vLLM servers included. Under ``recipes/`` they ship with the kit (the package,
 the images), are importable wherever the kit is (every trainer has the kit first on PYTHONPATH:
-``recipes.smoke.supervisor.kit_env``, ``recipes.launch.ray_node``) with no extra PYTHONPATH entry pointing into the
-test tree, and are held to the kit's gates (ruff, size, import graph).
+``recipes.smoke.supervisor.kit_env``, ``recipes.launch.cluster.ray_node``) with no extra PYTHONPATH entry pointing into
+the test tree, and are held to the kit's gates (ruff, size, import graph).
 
 Off unless asked for: this module only names them (no import-time effect; the bench and the tests import it). What
 acts is :mod:`.hooks`, imported by verl itself in every process when ``VERL_USE_EXTERNAL_MODULES`` names it, and
@@ -20,6 +20,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from platforms.stacks import Stack
 
 #: The module verl imports in every process it starts (``verl/__init__.py``'s ``VERL_USE_EXTERNAL_MODULES`` hook).
 HOOKS_MODULE = "recipes.smoke.sabotage.hooks"
@@ -47,12 +51,9 @@ class Sabotage:
     reward_settings: tuple[tuple[str, str], ...] = ()
     evidence: str = ""
 
-    @property
-    def rl_overrides(self) -> list[str]:
-        """The RL overrides that switch it on, spelt for the active stack's verl."""
-        from platforms import stacks
-
-        return [stacks.active().verl.reward_override(k, v) for k, v in self.reward_settings]
+    def rl_overrides(self, stack: Stack) -> list[str]:
+        """The RL overrides that switch it on, spelt for ``stack``'s verl (the reward's key differs)."""
+        return [stack.verl.reward_override(k, v) for k, v in self.reward_settings]
 
     @property
     def marker(self) -> str:

@@ -1,0 +1,1 @@
+"""More than one node: Ray nodes, a sandbox per node, addresses and interfaces, torchrun's rendezvous, containers."""

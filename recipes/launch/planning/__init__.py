@@ -1,0 +1,1 @@
+"""One plan: composition and verl's validation, its facts and checks, the exact command and the dry-run table."""
