@@ -17,13 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
-from kit_testing import REPO_ROOT, kit_env
+from kit_testing import REPO_ROOT, interpreter_stack, kit_env
 
-from platforms import stacks
 from recipes.launch.supervision import restart
 
 #: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
-STACK = stacks.resolve(environ={})
+STACK = interpreter_stack()  # the stack this venv's verl serves
 
 FAKE = Path(__file__).with_name("fake_trainer.py")
 

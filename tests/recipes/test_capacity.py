@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kit_testing import interpreter_stack
 from omegaconf import OmegaConf
 
-from platforms import stacks
 from recipes.launch import cli as launch_cli
 from recipes.launch.planning import plan
 from recipes.launch.run_inputs.catalog import RECIPES
@@ -25,7 +25,7 @@ from recipes.launch.sizing.capacity import KIT_TOOL, VERL_SANDBOX_TOOL, Capacity
 from recipes.retool import TOOL_CONFIG_PATH
 
 #: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
-STACK = stacks.resolve(environ={})
+STACK = interpreter_stack()  # the stack this venv's verl serves
 
 
 class FakeSandbox:

@@ -12,8 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from kit_testing import interpreter_stack
 
-from platforms import CPU, PROFILES, current_platform, stacks
+from platforms import CPU, PROFILES, current_platform
 from platforms import PROFILE_NAMES as HARDWARE
 from platforms.cpu import CPU_RAY_NUM_CPUS
 from recipes.launch import cli
@@ -23,7 +24,7 @@ from recipes.launch.run_inputs.catalog import CONFIG_DIR, RECIPES
 from recipes.retool import REWARD_PATH, TOOL_CONFIG_PATH
 
 #: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
-STACK = stacks.resolve(environ={})
+STACK = interpreter_stack()  # the stack this venv's verl serves
 
 ALL = [(name, hw) for name in RECIPES for hw in HARDWARE]
 FAKE_HOME = "/nonexistent/kit-home"

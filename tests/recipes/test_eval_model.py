@@ -13,14 +13,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from kit_testing import run_kit_script
+from kit_testing import interpreter_stack, run_kit_script
 
-from platforms import stacks
 from platforms.cli_errors import EXIT_FAILED, EXIT_USAGE
 from recipes.launch.handoffs import eval_model
 
 #: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
-STACK = stacks.resolve(environ={})
+STACK = interpreter_stack()  # the stack this venv's verl serves
 
 
 def test_dry_run_plans_a_validation_only_run_through_the_launcher(

@@ -12,15 +12,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from kit_testing import interpreter_stack
 from launch_walk import walk
 
-from platforms import stacks
 from recipes.launch.planning import facts, plan, report
 from recipes.launch.run_inputs.catalog import RECIPES
 from recipes.launch.sizing import memory
 
 #: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
-STACK = stacks.resolve(environ={})
+STACK = interpreter_stack()  # the stack this venv's verl serves
 
 #: Measured with tests/launch_walk.py. Before issue 41 (41c02a2): qwen3_4b_dapo on a3 10 modules, 52 entries,
 #: 43 returns, report.py entered 10 times; qwen3_4b_sft 9 / 36 / 28, report.py 7 times. With the facts derived once:

@@ -11,14 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from kit_testing import interpreter_stack
 
-from platforms import stacks
 from recipes.launch.planning import plan
 from recipes.launch.run_inputs.catalog import QWEN3_4B, QWEN25_32B, RECIPES
 from recipes.launch.sizing import budget, memory
 
 #: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
-STACK = stacks.resolve(environ={})
+STACK = interpreter_stack()  # the stack this venv's verl serves
 
 FAKE_HOME = "/nonexistent/kit-home"
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from platforms import model_folder, stacks
+from kit_testing import interpreter_stack
+
+from platforms import model_folder
 from recipes.launch.planning import plan
 from recipes.launch.run_inputs.catalog import RECIPES
 from recipes.launch.sizing import budget
 
 #: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
-STACK = stacks.resolve(environ={})
+STACK = interpreter_stack()  # the stack this venv's verl serves
 
 SEVEN_B = RECIPES["qwen2.5_7b_sft"]
 SHARDS = [f"model-0000{i}-of-00004.safetensors" for i in range(1, 5)]

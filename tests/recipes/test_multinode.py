@@ -16,10 +16,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from kit_testing import REPO_ROOT, child_pids, free_port
+from kit_testing import REPO_ROOT, child_pids, free_port, interpreter_stack
 from omegaconf import OmegaConf
 
-from platforms import stacks
 from platforms.cli_errors import UsageError
 from platforms.cpu import CPU_RAY_NUM_CPUS
 from recipes.launch.cluster import node_sandbox, nodenet, ray_cluster, ray_node
@@ -27,7 +26,7 @@ from recipes.launch.planning import plan
 from recipes.launch.run_inputs.catalog import RECIPES
 
 #: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
-STACK = stacks.resolve(environ={})
+STACK = interpreter_stack()  # the stack this venv's verl serves
 
 IP_ADDR = """\
 1: lo    inet 127.0.0.1/8 scope host lo\\       valid_lft forever preferred_lft forever

@@ -7,16 +7,16 @@ config, the process environment, the Ray job's environment or the tool config fa
 from __future__ import annotations
 
 import pytest
+from kit_testing import interpreter_stack
 from omegaconf import OmegaConf
 
-from platforms import stacks
 from recipes.launch.planning import parity, plan, report
 from recipes.launch.run_inputs import inputs
 from recipes.launch.run_inputs.catalog import RECIPES
 from recipes.retool import TOOL_CONFIG_PATH
 
 #: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
-STACK = stacks.resolve(environ={})
+STACK = interpreter_stack()  # the stack this venv's verl serves
 
 ENVIRON = {"HOME": "/nonexistent/kit-home"}
 

@@ -7,14 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from kit_testing import interpreter_stack
 
-from platforms import stacks
 from recipes.launch.planning import plan
 from recipes.launch.run_inputs import mounts, paths
 from recipes.launch.run_inputs.catalog import RECIPES
 
 #: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
-STACK = stacks.resolve(environ={})
+STACK = interpreter_stack()  # the stack this venv's verl serves
 
 #: /proc/self/mountinfo of a `docker run --rm -v /data/ckpt:/root/checkpoints/retool` container (overlay2 root),
 #: trimmed; the mount point with a space shows mountinfo's octal escapes.

@@ -14,14 +14,15 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from kit_testing import interpreter_stack
 from omegaconf import OmegaConf
 
-from platforms import PROFILES, data_file, model_folder, stacks
+from platforms import PROFILES, data_file, model_folder
 from recipes.launch.planning import validate_resume, validate_values
 from recipes.launch.run_inputs import paths
 
 #: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
-STACK = stacks.resolve(environ={})
+STACK = interpreter_stack()  # the stack this venv's verl serves
 
 MESSAGES = [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "\\boxed{2}"}]
 DAPO_ROW = {

@@ -10,17 +10,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from kit_testing import kit_env
+from kit_testing import interpreter_stack, kit_env
 from omegaconf import OmegaConf
 
-from platforms import stacks
 from recipes.launch.planning import plan, report
 from recipes.launch.run_inputs import inputs
 from recipes.launch.run_inputs.catalog import RECIPES
 from recipes.launch.supervision import trace
 
 #: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
-STACK = stacks.resolve(environ={})
+STACK = interpreter_stack()  # the stack this venv's verl serves
 
 TRACED = (f"{trace.BACKEND_KEY}=mlflow",)
 
