@@ -162,7 +162,10 @@ def ensure_base(profile_name: str, out: Path, made: list[str], env: dict[str, st
         raise SystemExit(f"test_images: {base} is not here and the kit has no stand-in for it yet")
     say(f"{base} cannot be pulled here: building its stand-in ({builder})")
     t0 = time.monotonic()
-    rc, _ = run(["bash", str(KIT_ROOT / builder), base], out / "standin.log", timeout=3600, env=env)
+    # the builder reads the stack's pins (torch, CANN, vLLM ... of the base it stands in for) through kit_use_stack
+    # (docker/standin/vllm_ascend.sh): it gets the stack as every child of an entry point does, KIT_STACK
+    standin_env = {**env, stacks.ENV_VAR: stack.name}
+    rc, _ = run(["bash", str(KIT_ROOT / builder), base], out / "standin.log", timeout=3600, env=standin_env)
     if rc != 0:
         raise SystemExit(f"test_images: the stand-in for {base} failed (see {out / 'standin.log'})")
     made.append(base)
@@ -271,8 +274,11 @@ def check_smoke(profile_name: str, row: Row, roots: Path, out: Path) -> None:
     row.checks["smoke --fast"] = f"{'ok' if ok else 'FAILED'} ({time.monotonic() - t0:.0f} s)"
 
 
-def check_two_nodes(cpu_row: Row, roots: Path, out: Path, env: dict[str, str]) -> Row:
-    """docker/two_node.py on the CPU image just built and the smoke's model and data."""
+def check_two_nodes(
+    cpu_row: Row, roots: Path, out: Path, env: dict[str, str], stack: Stack, slots: tuple[int, int] | None = None
+) -> Row:
+    """docker/two_node.py on the CPU image just built and the smoke's model and data; ``slots``: the head's and the
+    worker's Ray CPUs (default: two_node.node_slots of the stack's TaskRunner CPUs)."""
     import two_node
 
     row = Row("two nodes of " + cpu_row.image, "2 containers on a user-defined docker network")
@@ -280,11 +286,18 @@ def check_two_nodes(cpu_row: Row, roots: Path, out: Path, env: dict[str, str]) -
     if "FAILED" in cpu_row.checks.get("smoke --fast", "FAILED") or not (smoke / "sft" / "hf_merged").is_dir():
         row.checks["two nodes"] = "FAILED (no smoke model and data to train on)"
         return row
-    cluster = two_node.Cluster(cpu_row.image, out, roots)
+    cluster = two_node.Cluster(cpu_row.image, out, roots, slots or two_node.node_slots(stack.verl.task_runner_cpus))
     facts = two_node.run_two_nodes(cluster, smoke, env, say)
     (out / "two-node.json").write_text(json.dumps(facts, indent=1, default=str))
     row.checks = two_node.verdicts(facts)
     return row
+
+
+def _slots(text: str) -> tuple[int, int]:
+    head, _, worker = text.partition(",")
+    if not (head.isdigit() and worker.isdigit() and int(head) >= 1 and int(worker) >= 1):
+        raise argparse.ArgumentTypeError(f"expected HEAD,WORKER (two counts >= 1), got {text!r}")
+    return int(head), int(worker)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -302,6 +315,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="also run two containers of the CPU image as a Ray cluster: GRPO with ranks on both, the worker killed "
         "mid-run, restarted, the run resumed (docker/two_node.py, ~15 min; implies --hw cpu)",
+    )
+    parser.add_argument(
+        "--two-node-slots",
+        type=_slots,
+        metavar="HEAD,WORKER",
+        help="override the two nodes' Ray CPU slots (default: 2 each, plus on the head the stack's TaskRunner CPUs: "
+        "3,2 on verl 0.6.1, 2,2 on 0.9.1, whose TaskRunner holds none; docs/images.md)",
     )
     parser.add_argument("--out", type=Path, help="logs and outputs (default: a new folder under /var/tmp)")
     add_stack_option(parser)
@@ -331,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             if PROFILES[name].platform.name == "cpu" and (not args.skip_smoke or args.two_node):
                 check_smoke(name, row, roots, out)
             if name == "cpu" and args.two_node:
-                rows.append(check_two_nodes(row, roots, out, env))
+                rows.append(check_two_nodes(row, roots, out, env, stack, args.two_node_slots))
     finally:
         print("\n| image | base | build s | size | checks |\n|---|---|---|---|---|")
         print("\n".join(row.line() for row in rows))

@@ -4,7 +4,7 @@ Why one function, below both: issue 33 finding 1 — a folder whose ``model.safe
 with 1 downloaded passed both checks (the launcher looked for config.json only, the doctor for any ``*.safetensors``)
 and the dry run said "dry run OK" with a 6 KB checkpoint estimate; the trainer would fail only after Ray, the
 workers and the data were up. The recipes may not import the doctor (tests/test_import_graph.py), so the rule lives
-here, in ``platforms`` like ``netprobe.py``. Stdlib only.
+here, in ``platforms`` like ``netprobe.py``. Stdlib only, and the checkpoint names of :mod:`platforms.verl_facts`.
 
 What "complete" means is what ``transformers`` loads (``modeling_utils`` looks for ``model.safetensors``, then its
 ``.index.json``, then ``pytorch_model.bin`` and its index): config.json; a single weights file, or an index whose
@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from platforms.verl_facts import RL_ROLE, CheckpointLayout
 
 #: The single-file and index names ``transformers`` tries, in its order (safetensors first).
 WEIGHT_FILES = (
@@ -135,15 +137,32 @@ def _check_index(folder: Path, index: Path) -> tuple[list[str], int, int | None]
 
 def verl_checkpoint(folder: Path) -> str | None:
     """Why ``folder`` is a verl FSDP checkpoint rather than a model (a realistic MODEL_PATH / --model mistake: the
-    trainer's ``global_step_N`` or its parent), with the merge that makes the model; None when it is not one."""
-    steps = sorted(folder.glob("global_step_*"))
-    if (folder / "fsdp_config.json").is_file() or any(folder.glob("model_world_size_*_rank_*.pt")):
-        where, step = folder.parent, folder.name.removeprefix("global_step_")
+    trainer's ``global_step_N``, its ``actor/``, or the run folder above them), with the merge that makes the model
+    (an SFT step: scripts/sft_to_rl.sh; an RL step's actor: scripts/rl_to_hf.sh); None when it is not one.
+
+    The names are those :class:`platforms.verl_facts.CheckpointLayout` gives both stacks' trainers (``actor/``,
+    ``fsdp_config.json``, ``model_world_size_W_rank_R.pt``, ``global_step_N``): this check runs before a stack is
+    chosen, and tests/stack091/test_launcher_checkpoints_091.py holds verl 0.9.1's trees to them."""
+    layout = CheckpointLayout(role=RL_ROLE, loader_state="")
+    steps = layout.saved_steps(folder)  # by step number: global_step_10 after global_step_9
+
+    def shards(where: Path) -> bool:
+        return (where / layout.fsdp_config).is_file() or any(where.glob(layout.shard("model", "*", "*")))
+
+    if folder.name == RL_ROLE and shards(folder):  # an RL step's actor/
+        where, step, rl = folder.parent.parent, folder.parent.name, True
+    elif (folder / RL_ROLE).is_dir() and shards(folder / RL_ROLE):
+        where, step, rl = folder.parent, folder.name, True
+    elif shards(folder):
+        where, step, rl = folder.parent, folder.name, False
     elif steps:
-        where, step = folder, steps[-1].name.removeprefix("global_step_")
+        newest = layout.step_dir(folder, steps[-1])
+        where, step, rl = folder, newest.name, (newest / RL_ROLE).is_dir()
     else:
         return None
-    merge = f"scripts/sft_to_rl.sh --ckpt-dir {where}" + (f" --step {step}" if step.isdigit() else "")
+    script = "scripts/rl_to_hf.sh" if rl else "scripts/sft_to_rl.sh"
+    number = step.removeprefix("global_step_")
+    merge = f"{script} --ckpt-dir {where}" + (f" --step {number}" if number.isdigit() else "")
     return f"is a verl FSDP checkpoint, not a Hugging Face model folder: merge it first ({merge})"
 
 

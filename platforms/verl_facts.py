@@ -2,14 +2,135 @@
 
 One :class:`VerlFacts` per verl release, held by its stack (:mod:`platforms.stacks`): the reward function's key, the
 SFT trainer's module, config and key names, the API of ``need_reference_policy``, where the tool registry lives, and
-whether verl picks its device from a platform registry. Code that needs one of these asks the stack it was handed
-(``plan.stack.verl``); nothing else branches on a verl version or a stack's name.
+whether verl picks its device from a platform registry, and the checkpoint layout its trainers write
+(:class:`CheckpointLayout`). Code that needs one of these asks the stack it was handed (``plan.stack.verl``); nothing
+else branches on a verl version or a stack's name.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+
+#: The folder of checkpoint step N under ``trainer.default_local_dir`` (both trainers of both releases).
+_STEP_DIR = re.compile(r"global_step_(\d+)")
+#: The folder in global_step_N that the RL trainers of both releases save the policy in.
+RL_ROLE = "actor"
+
+
+@dataclass(frozen=True)
+class CheckpointLayout:
+    """What one trainer of a verl release writes under ``trainer.default_local_dir``: the names the launcher's
+    restarts and resume hints, the hand-offs and ``retool-doctor --ckpt-dir`` read, and what makes a step complete.
+
+    Both releases write the tracker last (it names the newest finished save), one ``global_step_N`` folder per save,
+    and in the folder that holds the weights (``role``: the RL trainers' ``actor/``, the SFT trainers' step folder
+    itself) the FSDP checkpoint manager's files: ``fsdp_config.json`` (rank 0, after its own shards), per rank
+    ``model_/optim_/extra_state_world_size_W_rank_R.pt``, and ``huggingface/`` (config and tokenizer). They differ in
+    the dataloader state (``loader_state``), written after the shards and before the tracker.
+    """
+
+    role: str  # the weights' folder inside global_step_N ("" = the step folder itself)
+    loader_state: str  # the dataloader state of data-parallel rank 0, in global_step_N
+    tracker: str = "latest_checkpointed_iteration.txt"
+    fsdp_config: str = "fsdp_config.json"
+    hf_config: str = "huggingface/config.json"
+    #: the shard kinds of checkpoint.save_contents' default ['model', 'optimizer', 'extra'], as the files name them
+    shard_kinds: tuple[str, ...] = ("model", "optim", "extra_state")
+    #: whether ``resume_mode=auto`` passes over an incomplete checkpoint to the newest complete one, and refuses to
+    #: start over when none is (the PPO trainers with the kit's series: patches/0017 on 0.6.1, patches/0.9.1/0006 on
+    #: 0.9.1); otherwise the trainer follows the tracker (verl's find_latest_ckpt_path, verl/utils/checkpoint/
+    #: checkpoint_manager.py:222-252 in 0.9.1, the SFT trainers of both): a step folder that is gone means step 0
+    skips_incomplete: bool = False
+
+    def step_dir(self, ckpt_dir: Path, step: int) -> Path:
+        return ckpt_dir / f"global_step_{step}"
+
+    def weights_dir(self, step_dir: Path) -> Path:
+        return step_dir / self.role if self.role else step_dir
+
+    @staticmethod
+    def shard(kind: str, world: int | str, rank: int | str) -> str:
+        return f"{kind}_world_size_{world}_rank_{rank}.pt"
+
+    def saved_steps(self, ckpt_dir: Path) -> list[int]:
+        """The ``global_step_N`` folders in ``ckpt_dir``, oldest first (by N: global_step_10 after global_step_9)."""
+        try:
+            names = [p.name for p in ckpt_dir.iterdir() if p.is_dir()]
+        except OSError:
+            return []
+        return sorted(int(m.group(1)) for m in map(_STEP_DIR.fullmatch, names) if m)
+
+    def tracker_step(self, ckpt_dir: Path) -> int | None:
+        """The step the tracker names; None when it is missing or holds no number (a kill mid-write: unpatched 0.9.1's
+        V1 trainer writes it with a plain ``open(..., "w")``, verl/trainer/ppo/v1/trainer_base.py:1021-1025, which
+        patches/0.9.1/0006 makes atomic; the SFT trainers and the reference's series write it atomically)."""
+        try:
+            return int((ckpt_dir / self.tracker).read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def world_size(self, step_dir: Path) -> int | None:
+        try:
+            return int(json.loads((self.weights_dir(step_dir) / self.fsdp_config).read_text())["world_size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def missing(self, step_dir: Path, kinds: tuple[str, ...] | None = None) -> list[str]:
+        """What a resume (or, with ``kinds=("model",)``, a merge) reads from ``step_dir`` that is not there, as paths
+        relative to it; empty when the step is complete. The files each rank writes, for the world size in
+        fsdp_config.json, then the dataloader state (a resume) or huggingface/config.json (a merge)."""
+        if not step_dir.is_dir():
+            return [f"{step_dir.name}/"]
+        weights, prefix = self.weights_dir(step_dir), f"{self.role}/" if self.role else ""
+        if not weights.is_dir():
+            return [prefix]
+        world = self.world_size(step_dir)
+        if world is None:
+            return [prefix + self.fsdp_config]
+        wanted = [self.shard(kind, world, rank) for kind in (kinds or self.shard_kinds) for rank in range(world)]
+        wanted += [self.hf_config] if kinds else []
+        lost = [prefix + name for name in wanted if not (weights / name).is_file()]
+        if not kinds and not (step_dir / self.loader_state).is_file():
+            lost.append(self.loader_state)
+        return lost
+
+    def complete_steps(self, ckpt_dir: Path) -> list[int]:
+        """The steps whose folder holds everything a resume reads, oldest first (an RL run's rotated steps keep
+        their data.pt but lose ``actor/``: not complete)."""
+        return [s for s in self.saved_steps(ckpt_dir) if not self.missing(self.step_dir(ckpt_dir, s))]
+
+    def resume_point(self, ckpt_dir: Path) -> tuple[int | None, str]:
+        """(the step ``trainer.resume_mode=auto`` starts from, None for step 0; why that is not simply the
+        tracker's complete step, "" when it is), by this trainer's rule (:attr:`skips_incomplete`)."""
+        named = self.tracker_step(ckpt_dir)
+        tracker = ckpt_dir / self.tracker
+        damaged = "the tracker holds no step number" if tracker.exists() and named is None else ""
+        if self.skips_incomplete:
+            steps = [s for s in self.complete_steps(ckpt_dir) if named is None or s <= named]
+            found = steps[-1] if steps else None
+            if found is None and (self.saved_steps(ckpt_dir) or tracker.exists()):
+                return None, "no complete checkpoint: the trainer refuses to start over (resume_mode=disable does)"
+            if named is None or found == named:
+                return found, damaged
+            lost = self.missing(self.step_dir(ckpt_dir, named))
+            why = (
+                "does not exist"
+                if lost == [f"global_step_{named}/"]
+                else f"is incomplete (missing {', '.join(lost[:3])})"
+            )
+            return found, f"global_step_{named}, the tracker's, {why}"
+        if named is None:
+            return None, damaged and f"{damaged}: the trainer fails reading it"
+        lost = self.missing(self.step_dir(ckpt_dir, named))
+        if lost == [f"global_step_{named}/"]:
+            return None, f"global_step_{named}, the tracker's, does not exist: the trainer starts from scratch"
+        if lost:
+            return named, f"global_step_{named} is incomplete (missing {', '.join(lost[:3])}): the trainer loads it"
+        return named, ""
 
 
 @dataclass(frozen=True)
@@ -27,8 +148,18 @@ class VerlFacts:
         bool  # verl.plugin.platform: the device comes from VERL_PLATFORM (platforms/verl_platform.py)
     )
     sft_engine: bool  # the engine-based SFT trainer, which builds engine/optim dataclasses before training
+    rl_checkpoint: CheckpointLayout  # what the PPO trainer saves under trainer.default_local_dir
+    sft_checkpoint: CheckpointLayout  # what the SFT trainer saves there
+    #: Ray CPUs main_ppo's TaskRunner actor holds for the whole run (besides the trainer's bundles and the rollout's
+    #: servers): the launcher's Ray CPU count (recipes/launch/sizing/ray_cpus.py) and the two-node test's head slots
+    #: (docker/two_node.py) add it. A plain ``@ray.remote`` actor holds none once running.
+    task_runner_cpus: int
     # the kit's SFT key names (SFT_ROLES) -> this verl's key, as an override spells it ('+'/'++': not in verl's yaml)
     sft_keys: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    def checkpoint(self, phase: str) -> CheckpointLayout:
+        """The checkpoint layout of this verl's ``phase`` trainer ("rl" or "sft")."""
+        return self.rl_checkpoint if phase == "rl" else self.sft_checkpoint
 
     def sft_key(self, role: str) -> str:
         """Where this verl's SFT config holds ``role`` (one of :data:`SFT_ROLES`), as ``OmegaConf.select`` reads it."""
@@ -114,6 +245,13 @@ VERL_061 = VerlFacts(
     tool_registry_module="verl.tools.utils.tool_registry",
     has_platform_registry=False,
     sft_engine=False,
+    # build/verl (0.6.1 + the series) verl/trainer/ppo/ray_trainer.py:941 (actor/), :978 (data.pt);
+    # verl/trainer/fsdp_sft_trainer.py:574 (the SFT trainer's data.pt, rank 0)
+    # (ray_trainer.py _find_resume_checkpoint, patch 0017, skips incomplete steps; the SFT trainer follows the tracker)
+    rl_checkpoint=CheckpointLayout(role=RL_ROLE, loader_state="data.pt", skips_incomplete=True),
+    sft_checkpoint=CheckpointLayout(role="", loader_state="data.pt"),
+    # kit: verl 0.6.1 verl/trainer/main_ppo.py:77, ray.remote(num_cpus=1)(TaskRunner)
+    task_runner_cpus=1,
     sft_keys=_SFT_KEYS_061,
 )
 # verl 0.9.1: only reward.custom_reward_function (verl/trainer/ppo/reward.py:70; the migration was removed in verl
@@ -129,5 +267,14 @@ VERL_091 = VerlFacts(
     tool_registry_module="verl.tools.tool_registry",
     has_platform_registry=True,
     sft_engine=True,
+    # kit: verl 0.9.1 verl/trainer/ppo/v1/trainer_base.py:972 (actor/), :998 (data.pt), _find_resume_checkpoint
+    # (patches/0.9.1/0006) skips incomplete steps; the engine SFT trainer's CheckpointHandler writes one dataloader
+    # state per data-parallel rank, data_{dp_rank}.pt (verl/utils/checkpoint/checkpoint_handler.py:117-123): rank 0's
+    # is always there; it follows the tracker (checkpoint_handler.py:222-234)
+    rl_checkpoint=CheckpointLayout(role=RL_ROLE, loader_state="data.pt", skips_incomplete=True),
+    sft_checkpoint=CheckpointLayout(role="", loader_state="data_0.pt"),
+    # kit: verl 0.9.1 verl/trainer/main_ppo.py:102, a plain @ray.remote TaskRunnerV1 (trainer.use_v1, :183-184): on
+    # two containers with 3 + 2 Ray CPUs Ray put both trainer ranks and both vLLM servers on the head (docs/images.md)
+    task_runner_cpus=0,
     sft_keys=_SFT_KEYS_091,
 )

@@ -64,8 +64,9 @@ LAUNCH_VARS = (
 
 
 def verl_tree() -> Path:
-    """The patched verl git tree (KIT_VERL_TREE, default build/verl as the test command makes it)."""
-    return Path(os.environ.get("KIT_VERL_TREE", REPO_ROOT / "build" / "verl"))
+    """The patched verl git tree of this interpreter's stack (KIT_VERL_TREE, default build/verl or build/verl-0.9.1
+    as the test command makes them)."""
+    return Path(os.environ.get("KIT_VERL_TREE", interpreter_stack().verl_tree))
 
 
 def kit_env(**extra: str) -> dict[str, str]:
@@ -247,7 +248,9 @@ class CheckpointWorkerGroup:
 
 
 class StepDataLoader:
-    """The dataloader state RayPPOTrainer saves to data.pt and loads back: here just the step it was saved at."""
+    """The dataloader state the PPO trainer (0.6.1's RayPPOTrainer, 0.9.1's V1 trainer) saves to data.pt and loads
+    back: here just the step it was saved at. ``fail = True``: the next ``state_dict`` raises (a crash after the
+    workers' save, before data.pt)."""
 
     def __init__(self, trainer: object) -> None:
         self.trainer = trainer
@@ -298,21 +301,10 @@ class UnpatchedVerl:
     against it."""
 
     root: Path
-    label: str = "UNPATCHED verl 0.6.1"
+    label: str
 
     def run(self, test_file: str, func: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        code = textwrap.dedent(
-            f"""
-            import runpy, sys, verl
-            assert verl.__file__.startswith({str(self.root)!r}), verl.__file__
-            runpy.run_path({test_file!r})[{func!r}]()
-            """
-        )
-        env = kit_env()
-        env["PYTHONPATH"] = os.pathsep.join([str(self.root), env["PYTHONPATH"]])
-        return subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
-        )
+        return run_check(test_file, func, timeout=timeout, verl_root=self.root)
 
     def expect_failure(self, test_file: str, func: str, match: str | tuple[str, ...], timeout: float = 300) -> str:
         """Run ``func`` from ``test_file`` against unpatched verl; it must fail and print ``match`` (or one of them:
@@ -327,8 +319,46 @@ class UnpatchedVerl:
         return out
 
 
+def unpatched_tag() -> str:
+    """The base commit's tag in this interpreter's stack's verl tree (``v0.6.1``, ``v0.9.1``): verl as PyPI ships it."""
+    return interpreter_stack().pin("VERL_GIT_TAG")
+
+
+def run_check(
+    test_file: str, func: str, timeout: float = 300, verl_root: Path | None = None
+) -> subprocess.CompletedProcess:
+    """Run the fixture-less function ``func`` of ``test_file`` in a fresh interpreter: against the verl package under
+    ``verl_root`` (first on PYTHONPATH), or the installed one.
+
+    Why a fresh interpreter for the installed verl too: a check that forks (a ZeroMQ sender and receiver) deadlocks
+    in a pytest process whose earlier tests left threads holding locks (tests/stack091/test_weight_transfer_timeout_091
+    hung 10 s in every case inside the full suite, and passed alone)."""
+    guard = "" if verl_root is None else f"assert verl.__file__.startswith({str(verl_root)!r}), verl.__file__"
+    code = textwrap.dedent(
+        f"""
+        import runpy, sys, verl
+        {guard}
+        runpy.run_path({test_file!r})[{func!r}]()
+        """
+    )
+    env = kit_env()
+    if verl_root is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(verl_root), env["PYTHONPATH"]])
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
+    )
+
+
+def expect_success(test_file: str, func: str, timeout: float = 300) -> str:
+    """:func:`run_check` against the installed (patched) verl; it must pass. Returns its output."""
+    proc = run_check(test_file, func, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{func} failed on the installed verl:\n{out[-4000:]}"
+    return out
+
+
 def extract_verl(revision: str, dest: Path) -> Path:
-    """The ``verl`` package of the patched tree at ``revision`` (``v0.6.1``: unpatched; ``HEAD``: the series),
+    """The ``verl`` package of the patched tree at ``revision`` (``unpatched_tag()``: unpatched; ``HEAD``: the series),
     extracted into ``dest``, which goes first on PYTHONPATH to import it."""
     archive = dest / "verl.tar"
     subprocess.run(
@@ -348,7 +378,7 @@ def verl_without_patch(dest: Path, patch_number: str) -> UnpatchedVerl:
     one patch it covers. The patch file itself (``patches/<patch_number>-*.patch``) is reverse-applied, so this fails
     loudly when the tree does not hold it.
     """
-    (patch,) = sorted((REPO_ROOT / "patches").glob(f"{patch_number}-*.patch"))
+    (patch,) = sorted(interpreter_stack().patch_dir.glob(f"{patch_number}-*.patch"))
     extract_verl("HEAD", dest)
     subprocess.run(["git", "apply", "--reverse", str(patch)], cwd=dest, check=True)
     return UnpatchedVerl(dest, label=f"the kit's verl without patch {patch.name}")

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A STAND-IN for the NPU images' base (pins.env VLLM_ASCEND_IMAGE:VLLM_ASCEND_TAG_A2|_A3,
-# quay.io/ascend/vllm-ascend:v0.11.0[-a3]), built from local material on a machine that cannot reach quay.io and has
+# A STAND-IN for the NPU images' base (pins.env VLLM_ASCEND_IMAGE:VLLM_ASCEND_TAG_A2|_A3 of the stack,
+# quay.io/ascend/vllm-ascend:v0.11.0[-a3] on the reference, v0.23.0[-a3] on 0.9.1), built from local material on a machine that cannot reach quay.io and has
 # no NPU: a Debian bookworm root with Python 3.11 (lib/standin.sh), CANN and ATB replaced by STUB trees that only provide the
 # paths and set_env.sh scripts the kit sources (cann_stub.sh), then the real base's Python packages from PyPI
 # (Dockerfile.vllm-ascend). Only scripts/test_images.sh calls it; the image carries the label
@@ -33,8 +33,13 @@ standin_usage "$0" "$@"
 standin_need_tools # debootstrap & co. on a fresh machine (apt-get, as root)
 tag=$1
 mirror=${2:-$STANDIN_DEFAULT_MIRROR}
-# shellcheck source=../../pins.env
-source "$here/../../pins.env"
+# The stack's pins (CANN_VERSION, NPU_TORCH_VERSION, ... of the stack the harness serves: KIT_STACK, which
+# test_images.py exports from its --stack), not pins.env's plain keys, which are the reference stack's.
+KIT_ROOT=$(cd "$here/../.." && pwd)
+# shellcheck source=../../scripts/lib/stack.sh
+source "$KIT_ROOT/scripts/lib/stack.sh"
+kit_use_stack "" || exit 2
+numpy_pin=$(standin_py_pin numpy "$PY_PINS")
 case $tag in
   *-a3) soc=ascend910_9391 ;;
   *) soc=ascend910b1 ;;
@@ -45,5 +50,5 @@ DOCKER_BUILDKIT=1 docker build --network host -f "$here/Dockerfile.vllm-ascend" 
   --build-arg ROOT_IMAGE="$root_tag" --build-arg STANDIN_FOR="$tag" --build-arg SOC_VERSION="$soc" \
   --build-arg CANN_VERSION="$CANN_VERSION" --build-arg TORCH_VERSION="$NPU_TORCH_VERSION" \
   --build-arg TORCH_NPU_VERSION="$TORCH_NPU_VERSION" --build-arg VLLM_VERSION="$VLLM_VERSION" \
-  --build-arg VLLM_ASCEND_VERSION="$VLLM_ASCEND_VERSION" "$here"
+  --build-arg VLLM_ASCEND_VERSION="$VLLM_ASCEND_VERSION" --build-arg NUMPY_SPEC="$numpy_pin" "$here"
 echo "$tag"

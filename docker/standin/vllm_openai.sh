@@ -23,8 +23,11 @@ standin_usage "$0" "$@"
 standin_need_tools # debootstrap & co. on a fresh machine (apt-get, as root)
 tag=$1
 mirror=${2:-$STANDIN_DEFAULT_MIRROR}
-# shellcheck source=../../pins.env
-source "$here/../../pins.env"
+# The stack's pins (KIT_STACK, exported by test_images.py from its --stack), not pins.env's plain (reference) keys.
+KIT_ROOT=$(cd "$here/../.." && pwd)
+# shellcheck source=../../scripts/lib/stack.sh
+source "$KIT_ROOT/scripts/lib/stack.sh"
+kit_use_stack "" || exit 2
 root_tag=$(standin_shared_root "$mirror")
 DOCKER_BUILDKIT=1 docker build --network host -f "$here/Dockerfile.vllm-openai" -t "$tag" \
   --build-arg ROOT_IMAGE="$root_tag" --build-arg STANDIN_FOR="$tag" --build-arg VLLM_VERSION="$VLLM_VERSION" "$here"

@@ -8,6 +8,11 @@ launch/catalog.py ``ModelFacts.parameters``). The doctor sits below the launcher
 platform layer imports no recipe code), so it repeats that arithmetic here on the ``--model`` folder's config.json,
 and tests/doctor/test_issue44_ckpt_disk.py holds the two to the same bytes. Without ``--model`` (and without
 ``--min-free-gb``) it assumes :data:`ASSUMED_NEED_GB` and says so, with the two ways to tell it more.
+
+When ``--ckpt-dir`` already holds a run's checkpoints, ``disk.checkpoints`` says where running it again resumes, read
+by the checked stack's checkpoint layout (:class:`platforms.verl_facts.CheckpointLayout`: what its trainer writes,
+what makes a step complete, whether it passes over an incomplete one), the same reading as the launcher's restarts and
+resume hints: a tracker that names an incomplete or vanished step is a WARN before the run, not a failure after it.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import shutil
 from pathlib import Path
 
 from platforms import model_folder
-from platforms.doctor.probes import Context, Result, fail, ok, skip
+from platforms.doctor.probes import Context, Result, fail, ok, skip, warn
+from platforms.verl_facts import CheckpointLayout, VerlFacts
 
 #: Bytes a verl FSDP checkpoint takes per parameter: fp32 weights + AdamW exp_avg + exp_avg_sq (the plan's number).
 CKPT_BYTES_PER_PARAM = 12
@@ -86,10 +92,52 @@ def need(min_free_gb: float | None, model: Path | None) -> tuple[float, str]:
     )
 
 
+def run_phase(ckpt: Path, verl: VerlFacts, phase: str) -> str:
+    """The phase whose trainer wrote the checkpoints in ``ckpt``, from its newest step's folder (``actor/``: RL,
+    FSDP shards in the step folder: SFT); ``phase`` (``--phase``) when the folders do not tell."""
+    rl, sft = verl.checkpoint("rl"), verl.checkpoint("sft")
+    steps = rl.saved_steps(ckpt)
+    if steps:
+        newest = rl.step_dir(ckpt, steps[-1])
+        if rl.weights_dir(newest).is_dir():
+            return "rl"
+        if (newest / sft.fsdp_config).is_file():
+            return "sft"
+    return phase
+
+
+def check_checkpoints(ckpt: Path, layout: CheckpointLayout, phase: str) -> Result | None:
+    """Where ``trainer.resume_mode=auto`` starts in ``ckpt`` by ``layout``; None when it holds no checkpoint."""
+    saved, complete = layout.saved_steps(ckpt), layout.complete_steps(ckpt)
+    if not saved and not (ckpt / layout.tracker).exists():
+        return None
+    step, note = layout.resume_point(ckpt)
+    details = {"phase": phase, "saved": saved, "complete": complete, "resume_step": step}
+    counted = f"{len(complete)} of {len(saved)} saved {phase.upper()} steps complete"
+    if not note and step is not None:
+        return ok("disk.checkpoints", f"running the run again resumes from global_step_{step} ({counted})", **details)
+    where = "step 0" if step is None else f"global_step_{step}"
+    fix = (
+        f"resume a complete step: trainer.resume_mode=resume_path trainer.resume_from_path={ckpt}/global_step_"
+        f"{complete[-1]}, or remove the incomplete folders"
+        if complete
+        else "start again: trainer.resume_mode=disable (or another CKPT_DIR)"
+    )
+    summary = f"running the run again starts from {where}: {note or 'no complete step'} ({counted})"
+    return warn("disk.checkpoints", summary, fix, **details)
+
+
 def check_disk(ctx: Context) -> list[Result]:
     ckpt = ctx.opts.ckpt_dir
     if ckpt is None:
         return [skip("disk", "no --ckpt-dir given")]
+    verl = ctx.stack.verl  # the checked stack's trainers wrote (or will write) this folder
+    phase = run_phase(ckpt, verl, ctx.opts.phase) if ckpt.is_dir() else ctx.opts.phase
+    found = check_checkpoints(ckpt, verl.checkpoint(phase), phase) if ckpt.is_dir() else None
+    return [*_check_space(ctx, ckpt), *([found] if found else [])]
+
+
+def _check_space(ctx: Context, ckpt: Path) -> list[Result]:
     existing = ckpt
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -311,7 +311,10 @@ def _launch(args: argparse.Namespace, plan: Plan, env: dict[str, str], environ: 
     print(f"run_recipe: run {' '.join(plan.command)}", file=err, flush=True)
     gate = _cluster_gate(plan, environ) if args.max_restarts and plan.joins_cluster else None
     try:
-        returncode = restart.supervise(plan.command, env, ckpt_dir, args.max_restarts, err, out, before_restart=gate)
+        layout = plan.stack.verl.checkpoint(plan.recipe.phase)  # what the stack's trainer writes and resumes
+        returncode = restart.supervise(
+            plan.command, env, ckpt_dir, args.max_restarts, err, out, before_restart=gate, layout=layout
+        )
         if returncode != 0:
             print(_resume_hint(returncode, plan), file=err, flush=True)
     finally:
@@ -321,24 +324,26 @@ def _launch(args: argparse.Namespace, plan: Plan, env: dict[str, str], environ: 
 
 def _resume_hint(returncode: int, plan: Plan) -> str:
     """The last line of a failed run: what running it again does (verl's default ``trainer.resume_mode=auto``
-    resumes from the newest complete checkpoint; a multi-node SFT job is one torchrun job on every node)."""
+    resumes from the checkpoint the stack's trainer finds by its layout, :class:`platforms.verl_facts.CheckpointLayout`;
+    a multi-node SFT job is one torchrun job on every node)."""
     assert plan.facts is not None
     ckpt_dir = plan.facts.ckpt_dir
-    step = restart.checkpoint_step(ckpt_dir)
+    step, note = restart.resume_point(ckpt_dir, plan.stack.verl.checkpoint(plan.recipe.phase))
     on_nodes = "on every node " if plan.recipe.phase == "sft" and plan.facts.layout.nnodes > 1 else ""
     again = (
         "the same command again"
         if restart.resume_mode(plan.command) != "disable"
         else "it again with trainer.resume_mode=auto"
     )
-    if step is None:
+    if step is None and not note:
         return (
             f"run: the trainer ended with exit status {returncode} before its first checkpoint: run {again} "
             f"{on_nodes}to start again at step 0"
         )
+    where = restart.resume_phrase(step, note, none="step 0")
     return (
-        f"run: the trainer ended with exit status {returncode}; run {again} {on_nodes}to resume from "
-        f"global_step_{step} in {ckpt_dir}"
+        f"run: the trainer ended with exit status {returncode}; run {again} {on_nodes}to resume from {where} in "
+        f"{ckpt_dir}"
     )
 
 

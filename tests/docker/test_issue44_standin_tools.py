@@ -18,6 +18,9 @@ from kit_testing import REPO_ROOT
 
 STANDIN = REPO_ROOT / "docker" / "standin"
 LIB = STANDIN / "lib" / "standin.sh"
+#: The kit's stack view (kit_use_stack), sourced by the accelerator stand-ins for their stack's pins; the host's python3
+#: answers it (the harness runs on it).
+STACK_LIB = REPO_ROOT / "scripts" / "lib" / "stack.sh"
 #: The scripts that run on the host (cann_stub.sh runs inside the image, from its Dockerfile).
 HOST_SCRIPTS = [LIB, STANDIN / "python_slim.sh", STANDIN / "vllm_ascend.sh", STANDIN / "vllm_openai.sh"]
 BUILTINS = set(
@@ -52,7 +55,7 @@ def _commands(text: str) -> set[str]:
 
 
 def test_the_install_list_covers_every_host_command_of_the_standin_builds() -> None:
-    functions = set(re.findall(r"^(\w+)\(\) \{", LIB.read_text(), flags=re.M))
+    functions = set().union(*(re.findall(r"^(\w+)\(\) \{", lib.read_text(), flags=re.M) for lib in (LIB, STACK_LIB)))
     called = set().union(*(_commands(path.read_text()) for path in HOST_SCRIPTS))
     assert {"debootstrap", "chroot", "tar", "docker", "awk"} <= called, called  # the parse sees the real calls
     uncovered = called - set(_tools()) - functions - BUILTINS - {"apt-get"}

@@ -15,24 +15,27 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from kit_testing import interpreter_stack
 
 from recipes.launch import cli
 from recipes.launch.run_inputs import catalog
 from recipes.launch.supervision import runlog
 
 FAKE = Path(__file__).with_name("fake_trainer.py")
+STACK = interpreter_stack()  # the stack this venv's verl serves
 
 
 def _plan(ckpt: Path, total: int, *, phase: str = "rl", nnodes: int = 1) -> SimpleNamespace:
-    """What ``cli._launch`` reads of a plan: the command, the recipe, and the facts it was handed (the checkpoint
-    folder, this node's run log, the node count); a one-node run does not join a cluster."""
+    """What ``cli._launch`` reads of a plan: the command, the recipe, the stack (whose checkpoint layout says where
+    a restart resumes), and the facts it was handed (the checkpoint folder, this node's run log, the node count); a
+    one-node run does not join a cluster."""
     command = [sys.executable, str(FAKE), f"trainer.default_local_dir={ckpt}", f"trainer.total_training_steps={total}"]
     command.append("trainer.save_freq=2")
     recipe = catalog.get("qwen3_4b_dapo" if phase == "rl" else "qwen3_4b_sft")
     facts = SimpleNamespace(
         ckpt_dir=ckpt, run_log=runlog.log_path(ckpt, phase, nnodes, {}), layout=SimpleNamespace(nnodes=nnodes)
     )
-    return SimpleNamespace(command=command, recipe=recipe, facts=facts, joins_cluster=False)
+    return SimpleNamespace(command=command, recipe=recipe, stack=STACK, facts=facts, joins_cluster=False)
 
 
 def _launch(plan: SimpleNamespace, max_restarts: int, env: dict[str, str], capsys: pytest.CaptureFixture) -> tuple:

@@ -11,68 +11,22 @@ trainer resumes (``_load_checkpoint``, resume_mode=auto) from global_step_1 and 
 
 from __future__ import annotations
 
-import functools
 import os
-import shlex
 import shutil
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
-import pytest
-from kit_testing import checkpoint_trainer, gloo_world_of_one, kit_env
-
-TMPFS_SIZE = "1m"
-
-
-def _mount_command(size: str, mountpoint: str, then: list[str]) -> list[str]:
-    """``then`` in a new user + mount namespace with a ``size`` tmpfs over ``mountpoint`` (gone when it exits)."""
-    script = 'mount -t tmpfs -o size="$1" tmpfs "$2" && shift 2 && exec "$@"'
-    return ["unshare", "-rm", "sh", "-c", script, "sh", size, mountpoint, *then]
-
-
-@functools.cache
-def _tmpfs_unavailable() -> str | None:
-    """Why this machine cannot mount a small tmpfs for a test (user namespaces off, no unshare); None if it can."""
-    with tempfile.TemporaryDirectory() as mountpoint:
-        command = _mount_command("64k", mountpoint, ["true"])
-        try:
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            return f"`{shlex.join(command)}` failed: {error}"
-    if proc.returncode != 0:
-        return f"`{shlex.join(command)}` failed (rc {proc.returncode}): {(proc.stdout + proc.stderr).strip()}"
-    return None
+from kit_testing import checkpoint_trainer, gloo_world_of_one
+from tmpfs_testing import allocated as _allocated
+from tmpfs_testing import fill as _fill
+from tmpfs_testing import on_tmpfs, require_tmpfs
 
 
 def _require_tmpfs() -> None:
-    reason = _tmpfs_unavailable()
-    if reason is not None:
-        pytest.skip(f"needs a small real filesystem to fill: {reason}")
+    require_tmpfs()
 
 
 def _on_tmpfs(func: str) -> None:
-    """Run ``func(mountpoint)`` of this file in a child that has a fresh ``TMPFS_SIZE`` tmpfs there; fail with its
-    output. The child inherits this process's PYTHONPATH, so it imports the same verl (patched or, under the
-    ``unpatched_verl`` fixture, unpatched 0.6.1)."""
-    with tempfile.TemporaryDirectory() as mountpoint:
-        code = f"import runpy, sys; runpy.run_path({__file__!r})[{func!r}](sys.argv[1])"
-        command = _mount_command(TMPFS_SIZE, mountpoint, [sys.executable, "-c", code, mountpoint])
-        proc = subprocess.run(command, env=kit_env(), capture_output=True, text=True, timeout=240)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, f"{func} on a {TMPFS_SIZE} tmpfs failed (rc {proc.returncode}):\n{out[-6000:]}"
-
-
-def _allocated(folder: Path) -> int:
-    """The space ``folder``'s files take on their filesystem (``du``), what a checkpoint like it needs."""
-    return sum(os.lstat(os.path.join(d, f)).st_blocks * 512 for d, _, files in os.walk(folder) for f in files)
-
-
-def _fill(mountpoint: Path, leave: int) -> None:
-    """Another writer takes the filesystem's free space, all but about ``leave`` bytes."""
-    with open(mountpoint / "ballast", "ab") as ballast:
-        ballast.write(b"\0" * max(shutil.disk_usage(mountpoint).free - leave, 0))
+    on_tmpfs(__file__, func)
 
 
 def _failed_save(trainer: object, step: int) -> Exception:

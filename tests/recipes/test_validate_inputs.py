@@ -149,22 +149,44 @@ def test_values_outside_their_domains_are_refused() -> None:
     ]
 
 
+def _complete_step(step_dir: Path, phase: str, world: int = 1) -> Path:
+    """Every file the stack's trainer of ``phase`` reads from a checkpoint step (its layout's names)."""
+    layout = interpreter_stack().verl.checkpoint(phase)
+    weights = layout.weights_dir(step_dir)
+    (weights / "huggingface").mkdir(parents=True)
+    (weights / layout.fsdp_config).write_text(json.dumps({"world_size": world}))
+    for kind in layout.shard_kinds:
+        for rank in range(world):
+            (weights / layout.shard(kind, world, rank)).write_bytes(b"x")
+    (step_dir / layout.loader_state).write_bytes(b"x")
+    return step_dir
+
+
 def test_a_checkpoint_of_the_other_phase_is_no_resume_path(tmp_path: Path) -> None:
-    sft_step = tmp_path / "sft" / "global_step_10"
-    sft_step.mkdir(parents=True)
-    (sft_step / "fsdp_config.json").write_text('{"world_size": 8}')
-    rl_step = tmp_path / "rl" / "global_step_5"
-    (rl_step / "actor").mkdir(parents=True)
+    verl = interpreter_stack().verl
+    sft_step = _complete_step(tmp_path / "sft" / "global_step_10", "sft", world=8)
+    rl_step = _complete_step(tmp_path / "rl" / "global_step_5", "rl")
 
     def cfg(where: Path):
         return OmegaConf.create({"trainer": {"resume_mode": "resume_path", "resume_from_path": str(where)}})
 
-    (line,) = validate_resume.problems(cfg(sft_step), "rl")
+    (line,) = validate_resume.problems(cfg(sft_step), "rl", verl)
     assert line.startswith(f"trainer.resume_from_path={sft_step} is an SFT checkpoint, and this is an RL run")
     assert "scripts/sft_to_rl.sh" in line
-    (line,) = validate_resume.problems(cfg(rl_step), "sft")
+    (line,) = validate_resume.problems(cfg(rl_step), "sft", verl)
     assert "is an RL checkpoint, and this is an SFT run" in line
-    assert validate_resume.problems(cfg(sft_step), "sft") == validate_resume.problems(cfg(rl_step), "rl") == []
+    assert validate_resume.problems(cfg(sft_step), "sft", verl) == validate_resume.problems(cfg(rl_step), "rl", verl)
+    assert validate_resume.problems(cfg(rl_step), "rl", verl) == []
+
+
+def test_an_incomplete_resume_path_is_refused_before_the_trainer_loads_it(tmp_path: Path) -> None:
+    """A step folder that lost a shard passed the dry run and failed inside the workers after the job started."""
+    verl = interpreter_stack().verl
+    step = _complete_step(tmp_path / "rl" / "global_step_5", "rl")
+    (step / "actor" / "optim_world_size_1_rank_0.pt").unlink()
+    cfg = OmegaConf.create({"trainer": {"resume_mode": "resume_path", "resume_from_path": str(step)}})
+    (line,) = validate_resume.problems(cfg, "rl", verl)
+    assert line.startswith(f"trainer.resume_from_path={step} is incomplete (missing actor/optim_world_size_1_rank_0.pt")
 
 
 def test_the_plan_refuses_each_case_before_any_work(tmp_path: Path, make_model, make_parquet) -> None:

@@ -109,3 +109,13 @@ standin_usage() {
     [[ $# -ge 1 ]] && exit 0 || exit 2
   fi
 }
+
+# standin_py_pin NAME PY_PINS: NAME's spec among the stack's pinned packages (e.g. numpy==2.2.6), empty when unpinned.
+standin_py_pin() {
+  local spec
+  # shellcheck disable=SC2086 # PY_PINS: a space-separated list of requirement specs (pins.env), split on purpose
+  for spec in $2; do
+    [[ ${spec%%==*} == "$1" ]] && echo "$spec" && return 0
+  done
+  return 0
+}

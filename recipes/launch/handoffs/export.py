@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 import sys
 from collections.abc import Sequence
@@ -31,7 +30,6 @@ from recipes.launch.handoffs import handoff
 from recipes.launch.run_inputs import catalog
 
 PROG = "rl_to_hf"
-ACTOR = "actor"  # the role folder verl saves the policy in (build/verl/verl/trainer/ppo/ray_trainer.py:916)
 
 
 @dataclass(frozen=True)
@@ -46,29 +44,24 @@ def target_name(step: int) -> str:
     return f"hf_step_{step}"
 
 
-def saved_steps(ckpt_dir: Path) -> list[int]:
-    """The ``global_step_N`` folders of a run, oldest first (for the error that names what is there)."""
-    found = (re.fullmatch(r"global_step_(\d+)", p.name) for p in ckpt_dir.glob("global_step_*") if p.is_dir())
-    return sorted(int(m.group(1)) for m in found if m)
-
-
 def plan(args: argparse.Namespace, stack: stacks.Stack, environ: dict[str, str] | None = None) -> Export:
     """The run's folder, the step (the tracker, which patch 0017 writes last, names a complete checkpoint; or
     ``--step``), its actor shards checked complete, and the target checked writable: all before the merge."""
     environ = dict(os.environ) if environ is None else environ
     _, rl = handoff.stage_recipes(args.recipe)
     ckpt_dir = handoff.run_ckpt_dir(args, rl, environ)
-    step = args.step if args.step is not None else handoff.latest_step(ckpt_dir, "RL")
-    step_dir = ckpt_dir / f"global_step_{step}"
+    layout, sft_layout = stack.verl.checkpoint("rl"), stack.verl.checkpoint("sft")  # what the stack's trainers wrote
+    step = args.step if args.step is not None else handoff.latest_step(ckpt_dir, "RL", layout)
+    step_dir = layout.step_dir(ckpt_dir, step)
     if not step_dir.is_dir():
-        steps = ", ".join(map(str, saved_steps(ckpt_dir))) or "none"
+        steps = ", ".join(map(str, layout.saved_steps(ckpt_dir))) or "none"
         raise UsageError(f"--step {step}: no {step_dir.name} in {ckpt_dir} (steps saved there: {steps})")
-    if not (step_dir / ACTOR).is_dir() and (step_dir / "fsdp_config.json").is_file():
-        raise UsageError(f"{step_dir} has no {ACTOR}/: an SFT checkpoint?", "merge it with scripts/sft_to_rl.sh")
-    handoff.check_step_dir(step_dir / ACTOR)
+    if not layout.weights_dir(step_dir).is_dir() and (step_dir / sft_layout.fsdp_config).is_file():
+        raise UsageError(f"{step_dir} has no {layout.role}/: an SFT checkpoint?", "merge it with scripts/sft_to_rl.sh")
+    handoff.check_step_dir(step_dir, layout)
     target = Path(args.target).expanduser().absolute() if args.target else ckpt_dir / target_name(step)
     check_writable("--target", target, folder=True)
-    return Export(step, step_dir / ACTOR, target, rl, args.hw, ckpt_dir, stack)
+    return Export(step, layout.weights_dir(step_dir), target, rl, args.hw, ckpt_dir, stack)
 
 
 def eval_instructions(export: Export) -> str:

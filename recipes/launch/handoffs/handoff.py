@@ -34,6 +34,7 @@ from pathlib import Path
 from platforms import default_hardware, stacks
 from platforms.cli import add_profile_option, add_stack_option
 from platforms.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point, whole_number_arg
+from platforms.verl_facts import CheckpointLayout
 from recipes.launch.planning.plan import check_installed
 from recipes.launch.run_inputs import catalog, inputs
 
@@ -98,8 +99,9 @@ def stage_recipes(name: str) -> tuple[catalog.Recipe, catalog.Recipe]:
         raise UsageError(f"--recipe: unknown recipe {name!r}", f"one of {', '.join(models)}") from None
 
 
-def latest_step(ckpt_dir: Path, stage: str = "SFT") -> int:
-    tracker = ckpt_dir / TRACKER
+def latest_step(ckpt_dir: Path, stage: str = "SFT", layout: CheckpointLayout | None = None) -> int:
+    """The step the tracker names (``layout``'s: the stack's trainer's; the same file on both stacks)."""
+    tracker = ckpt_dir / (layout.tracker if layout is not None else TRACKER)
     try:
         return int(tracker.read_text().strip())
     except FileNotFoundError:
@@ -109,23 +111,22 @@ def latest_step(ckpt_dir: Path, stage: str = "SFT") -> int:
         raise HandoffError(f"{tracker} does not hold a step number") from None
 
 
-def check_step_dir(step_dir: Path) -> None:
-    """The shards the merger reads: fsdp_config.json's world size worth of model files, and huggingface/."""
-    if not step_dir.is_dir():
-        raise HandoffError(f"{step_dir} does not exist")
-    config = step_dir / "fsdp_config.json"
+def check_step_dir(step_dir: Path, layout: CheckpointLayout) -> None:
+    """The shards the merger reads, by the stack's ``layout`` (in ``actor/`` for RL, the step folder for SFT):
+    fsdp_config.json's world size worth of model files, and huggingface/config.json."""
+    weights = layout.weights_dir(step_dir)
+    if not weights.is_dir():
+        raise HandoffError(f"{weights} does not exist")
+    config = weights / layout.fsdp_config
     try:
-        world = int(json.loads(config.read_text())["world_size"])
-    except (OSError, ValueError, KeyError) as exc:
+        int(json.loads(config.read_text())["world_size"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise HandoffError(f"{config}: cannot read the FSDP world size ({exc})") from None
-    missing = [
-        name
-        for name in [f"model_world_size_{world}_rank_{r}.pt" for r in range(world)] + ["huggingface/config.json"]
-        if not (step_dir / name).is_file()
-    ]
+    prefix = f"{layout.role}/" if layout.role else ""
+    missing = [name.removeprefix(prefix) for name in layout.missing(step_dir, kinds=("model",))]
     if missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise HandoffError(f"{step_dir} is incomplete (missing {shown}): was the checkpoint copied whole?")
+        raise HandoffError(f"{weights} is incomplete (missing {shown}): was the checkpoint copied whole?")
 
 
 def run_ckpt_dir(args: argparse.Namespace, recipe: catalog.Recipe, environ: dict[str, str]) -> Path:
@@ -142,9 +143,10 @@ def plan(args: argparse.Namespace, stack: stacks.Stack, environ: dict[str, str] 
     environ = dict(os.environ) if environ is None else environ
     sft, rl = stage_recipes(args.recipe)
     ckpt_dir = run_ckpt_dir(args, sft, environ)
-    step = args.step if args.step is not None else latest_step(ckpt_dir)
-    step_dir = ckpt_dir / f"global_step_{step}"
-    check_step_dir(step_dir)
+    layout = stack.verl.checkpoint("sft")  # what the stack's SFT trainer wrote
+    step = args.step if args.step is not None else latest_step(ckpt_dir, layout=layout)
+    step_dir = layout.step_dir(ckpt_dir, step)
+    check_step_dir(step_dir, layout)
     target = Path(args.target).expanduser().absolute() if args.target else ckpt_dir / catalog.MERGED_DIR_NAME
     # issue 44: an unwritable --target passed the dry run and failed the merge 30-45 s later in verl's traceback;
     # the merge writes a sibling temporary folder and renames it, so the target's parent must take new entries

@@ -207,14 +207,21 @@ def _resume_problems(cfg: DictConfig) -> list[str]:
 
 
 def check_inputs(
-    cfg: DictConfig, recipe: Recipe, profile: HardwareProfile, environ: Mapping[str, str], *, path_check: bool
+    cfg: DictConfig,
+    recipe: Recipe,
+    profile: HardwareProfile,
+    stack: Stack,
+    environ: Mapping[str, str],
+    *,
+    path_check: bool,
 ) -> list[str]:
     """Issue 44: values against their domains, devices per node against the profile, the kit's environment
-    variables against what their readers take, and (this machine's paths) a resume folder against its phase."""
+    variables against what their readers take, and (this machine's paths) a resume folder against its phase and
+    the stack's checkpoint layout."""
     from recipes.launch.planning import validate_resume, validate_values
 
     errors = validate_values.problems(cfg, recipe.phase, profile, environ)
-    return errors + (validate_resume.problems(cfg, recipe.phase) if path_check else [])
+    return errors + (validate_resume.problems(cfg, recipe.phase, stack.verl) if path_check else [])
 
 
 def check_plan(
@@ -239,7 +246,7 @@ def check_plan(
             errors.append(f"kit checks could not run: {type(exc).__name__}: {exc}")
     if recipe.phase == "rl":  # vLLM's mode against the environment the run gets (TASK_QUEUE_ENABLE on NPU)
         errors += check_rollout_env(cfg, profile, stack, environ)
-    errors += check_inputs(cfg, recipe, profile, environ, path_check=path_check)
+    errors += check_inputs(cfg, recipe, profile, stack, environ, path_check=path_check)
     budget_errors, warnings = check_budget(cfg, recipe, facts, path_check=path_check)
     errors += budget_errors
     if facts.memory_error:

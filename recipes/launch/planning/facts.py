@@ -296,7 +296,9 @@ def _with_rollout(
     url = OmegaConf.select(cfg, f"{RL_ENV_KEY}.RETOOL_SANDBOX_URL")
     return replace(
         facts,
-        ray_demand=ray_cpus.demand(layout.world, str(rollout.name), servers, async_reward),
+        ray_demand=ray_cpus.demand(
+            layout.world, str(rollout.name), servers, async_reward, task_runner=stack.verl.task_runner_cpus
+        ),
         in_flight=in_flight,
         rollout_label=_engine(profile, stack, str(rollout.name)),
         trace=trace.describe(cfg, env),

@@ -14,7 +14,11 @@ verl/trainer/fsdp_sft_trainer.py:735-740 and 781), so the effective count is the
 
 Checkpoint size: both trainers save ``['model', 'optimizer', 'extra']`` by default
 (verl/trainer/config/actor/actor.yaml:104, sft_trainer.yaml:95): the FSDP shards of the fp32 parameters
-(``model_dtype`` fp32) and of AdamW's two fp32 moments, i.e. ~12 bytes per parameter; no Hugging Face export.
+(``model_dtype`` fp32) and of AdamW's two fp32 moments, i.e. ~12 bytes per parameter; no Hugging Face export. verl
+0.9.1's trainers save the same (actor/actor.yaml:135, sft_trainer_engine.yaml:54; engine/fsdp.yaml:33 model_dtype fp32,
+optim/fsdp.yaml:5 AdamW): the main job's engine SFT checkpoint (FSDP2, 2 ranks, the 39.2M-parameter tiny Qwen3) held
+470.4 MB of shards for the 470.3 MB planned, plus 18.7 MB of tokenizer in huggingface/
+(tests/stack091/test_launcher_checkpoints_091.py holds a 0.9.1 save to the estimate).
 """
 
 from __future__ import annotations

@@ -2,11 +2,12 @@
 
 Why: Ray's CPU count is a scheduling label, and an actor that asks for a CPU no node has left is never scheduled —
 verl then waits forever without a word (a 2-worker, 2-replica vLLM run with ``num_cpus=4`` hung until killed). What
-holds a CPU in verl 0.6.1, read from its code:
+holds a CPU, read from verl's code (0.6.1's lines; 0.9.1's where it differs):
 
 * one placement-group bundle ``{"CPU": 1, <device>: 1}`` per trainer rank (``single_controller/ray/base.py:122``,
   ``max_colocate_count=1``; on CPU the bundle is ``{"CPU": 1}``: patch 0003);
-* the TaskRunner (``trainer/main_ppo.py:77``, ``num_cpus=1``);
+* the TaskRunner, as many as the stack's ``VerlFacts.task_runner_cpus`` (0.6.1: ``trainer/main_ppo.py:77``,
+  ``num_cpus=1``; 0.9.1's ``TaskRunnerV1`` is a plain ``@ray.remote`` actor, ``main_ppo.py:102``: none);
 * each vLLM / SGLang server actor of the async rollout (``vllm_async_server.py:446``,
   ``async_sglang_server.py:50``, ``num_cpus=1``): one per replica, one per node of a replica when it is data
   parallel (``vLLMReplica.launch_servers``); the kit's ``hf`` replica serves from the trainer workers themselves;
@@ -52,9 +53,11 @@ def rollout_servers(mode: str, name: str, *, tp: int, dp: int, pp: int, world: i
     return replicas * nodes_per_replica
 
 
-def demand(world: int, engine: str, servers: int, async_reward: bool) -> Demand:
-    """What holds Ray CPUs: a bundle per trainer rank, the TaskRunner, the rollout's servers, the async reward."""
-    rows = [("trainer worker bundles", world), ("TaskRunner", 1), (f"{engine} server actors", servers)]
+def demand(world: int, engine: str, servers: int, async_reward: bool, *, task_runner: int) -> Demand:
+    """What holds Ray CPUs: a bundle per trainer rank, the TaskRunner (``task_runner``: the stack's
+    ``VerlFacts.task_runner_cpus``; a row of 0 is left out of :meth:`Demand.describe`), the rollout's servers, the
+    async reward."""
+    rows = [("trainer worker bundles", world), ("TaskRunner", task_runner), (f"{engine} server actors", servers)]
     if async_reward:
         rows.append(("async reward task", 1))
     return Demand(tuple(rows))

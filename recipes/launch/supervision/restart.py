@@ -11,7 +11,11 @@ exits non-zero:
 * relaunches the same command with ``trainer.resume_mode=auto``, which (patch 0017) resumes from the newest complete
   checkpoint and refuses to start over silently;
 * prints ``restart k/N: resuming from global_step_S (lost T steps of work)``, T counted from the ``step:N`` lines the
-  attempt printed (verl's console logger) against the checkpoint it resumes from;
+  attempt printed (verl's console logger) against the checkpoint it resumes from. S is read from the checkpoint folder
+  by the layout of the stack's trainer (:class:`platforms.verl_facts.CheckpointLayout`, handed down from the plan):
+  what makes a step complete (verl 0.9.1's SFT trainer keeps its dataloader state in ``data_0.pt``, 0.6.1's in
+  ``data.pt``) and whether the trainer passes over an incomplete one; the line says when the tracker's step is not
+  what the trainer can resume;
 * gives up after N restarts with one line per attempt.
 
 Metrics are not counted twice: the resumed trainer logs from step S+1, and ``retool-plot`` keeps a step logged by
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TextIO
 
+from platforms.verl_facts import CheckpointLayout
 from recipes.launch.supervision.process_group import kill_group
 
 #: verl's console logger: ``step:12 - actor/pg_loss:... - ...`` (verl/utils/tracking.py, _ConsoleLogger). The SFT
@@ -55,13 +60,26 @@ class Attempt:
     seconds: float
 
 
-def checkpoint_step(ckpt_dir: Path) -> int | None:
-    """The step the tracker names, or None when there is no (readable) tracker: what ``resume_mode=auto`` starts
-    from. Patch 0017 writes the tracker last and atomically, so it names a complete checkpoint."""
+def checkpoint_step(ckpt_dir: Path, layout: CheckpointLayout | None = None) -> int | None:
+    """The step ``resume_mode=auto`` starts from, None for step 0: by the trainer's ``layout`` (the launcher hands
+    the plan's), else the step the tracker names (what a stand-in trainer keeps: the tracker, written last)."""
+    return resume_point(ckpt_dir, layout)[0]
+
+
+def resume_point(ckpt_dir: Path, layout: CheckpointLayout | None = None) -> tuple[int | None, str]:
+    """(:func:`checkpoint_step`, why it is not simply the tracker's complete step: "" when it is)."""
+    if layout is not None:
+        return layout.resume_point(ckpt_dir)
     try:
-        return int((ckpt_dir / TRACKER).read_text().strip())
+        return int((ckpt_dir / TRACKER).read_text().strip()), ""
     except (OSError, ValueError):
-        return None
+        return None, ""
+
+
+def resume_phrase(step: int | None, note: str, none: str = "step 0 (no checkpoint yet)") -> str:
+    """``global_step_S`` (or ``none``), with the layout's note when the tracker's step is not a clean resume."""
+    where = none if step is None else f"global_step_{step}"
+    return f"{where} [{note}]" if note else where
 
 
 def with_resume_auto(command: Sequence[str]) -> list[str]:
@@ -149,17 +167,20 @@ def supervise(
     log: TextIO = sys.stderr,
     out: TextIO | None = None,
     before_restart: Callable[[], str | None] | None = None,
+    layout: CheckpointLayout | None = None,
 ) -> int:
     """Run ``command``; relaunch it resuming after each non-zero exit, at most ``max_restarts`` times. The trainer's
     output goes to ``out`` (default stdout), the supervisor's lines to ``log``. ``before_restart`` (multi-node RL:
     :func:`recipes.launch.cluster.ray_cluster.wait_for_nodes`) returns why a relaunch cannot work, after waiting as long
-    as it chooses; the supervisor then stops with that line instead of starting a trainer that would wait forever."""
+    as it chooses; the supervisor then stops with that line instead of starting a trainer that would wait forever.
+    ``layout``: the checkpoint layout of the stack's trainer for this phase (``plan.stack.verl.checkpoint(phase)``),
+    which says where a resume starts (:func:`resume_point`)."""
     stop = _Stop()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     attempts: list[Attempt] = []
     try:
         while True:
-            start = None if resume_mode(command) == "disable" else checkpoint_step(ckpt_dir)
+            start = None if resume_mode(command) == "disable" else checkpoint_step(ckpt_dir, layout)
             t0 = time.monotonic()
             returncode, last_step = run_attempt(command, env, stop, out or sys.stdout)
             attempts.append(Attempt(len(attempts) + 1, returncode, last_step, start, time.monotonic() - t0))
@@ -173,8 +194,8 @@ def supervise(
             if blocked:
                 print(f"restart: not restarting after exit status {returncode}: {blocked}", file=log, flush=True)
                 break
-            resume_at = checkpoint_step(ckpt_dir)
-            where = "step 0 (no checkpoint yet)" if resume_at is None else f"global_step_{resume_at}"
+            resume_at, note = resume_point(ckpt_dir, layout)
+            where = resume_phrase(resume_at, note)
             print(
                 f"restart {restarts + 1}/{max_restarts}: trainer exited with status {returncode} after step "
                 f"{last_step if last_step is not None else '-'}; resuming from {where} "
