@@ -21,10 +21,6 @@ from tmpfs_testing import fill as _fill
 from tmpfs_testing import on_tmpfs, require_tmpfs
 
 
-def _require_tmpfs() -> None:
-    require_tmpfs()
-
-
 def _on_tmpfs(func: str) -> None:
     on_tmpfs(__file__, func)
 
@@ -109,12 +105,12 @@ def check_disk_filling_during_the_save_is_cleaned_up() -> None:
 
 
 def test_patched_checkpoint_that_cannot_fit() -> None:
-    _require_tmpfs()
+    require_tmpfs()
     check_checkpoint_that_cannot_fit_is_refused()
 
 
 def test_patched_disk_fills_during_the_save() -> None:
-    _require_tmpfs()
+    require_tmpfs()
     check_disk_filling_during_the_save_is_cleaned_up()
 
 
@@ -122,12 +118,12 @@ UNCLEAR = "the error does not name the path"
 
 
 def test_unpatched_dies_in_torch_save_on_a_full_disk(unpatched_verl) -> None:
-    _require_tmpfs()
+    require_tmpfs()
     out = unpatched_verl.expect_failure(__file__, "check_checkpoint_that_cannot_fit_is_refused", match=UNCLEAR)
     assert "[enforce fail at inline_container.cc" in out, out[-4000:]  # torch's stream writer, no path, no errno
 
 
 def test_unpatched_leaves_a_partial_checkpoint_on_a_full_disk(unpatched_verl) -> None:
-    _require_tmpfs()
+    require_tmpfs()
     check = "check_disk_filling_during_the_save_is_cleaned_up"
     unpatched_verl.expect_failure(__file__, check, match="the failed save left its partial checkpoint on the full disk")
