@@ -64,11 +64,20 @@ TRANSFER_QUEUE_UNITS_KEY = "transfer_queue.backend.SimpleStorage.num_data_storag
 CPU_RL_RANKS_KEY = "trainer.n_gpus_per_node"
 
 
+#: verl 0.9.1 scores rewards in ``reward.num_workers`` RewardLoopWorker actors, 8 by default
+#: (verl/trainer/config/reward/reward.yaml:5), each a Python process with verl and the reward's imports: 0.68 GB
+#: apiece, 5.4 GB for the 8 (measured in the 0.9.1 two-container run, docs/images.md), which is what pushed that run
+#: past Ray's memory threshold before its first step. A CPU run's rule-based reward needs two; 0.6.1 scores in the
+#: trainer's own process.
+REWARD_WORKERS_KEY = "reward.num_workers"
+CPU_REWARD_WORKERS = 2
+
+
 def rl_overrides(registry: bool) -> list[str]:
     """The RL overrides a CPU run needs on a verl with the platform registry beyond the reference's (none there)."""
     if not registry:
         return []
-    return [f"{TRANSFER_QUEUE_UNITS_KEY}=1", f"{CPU_RL_RANKS_KEY}=1"]
+    return [f"{TRANSFER_QUEUE_UNITS_KEY}=1", f"{CPU_RL_RANKS_KEY}=1", f"{REWARD_WORKERS_KEY}={CPU_REWARD_WORKERS}"]
 
 
 def external_modules(registry: bool) -> list[str]:

@@ -53,8 +53,17 @@ EOF
   exit 0
 fi
 
+# Free disk where the venvs and models (the repo) and pytest's temporary folders (TMPDIR) live, in each phase's log:
+# CI's machine once ran out of disk in phase 2, and its free space differs run to run (docs/testing.md, "Disk").
+disk_free() {
+  local tmp=${TMPDIR:-/tmp}
+  echo "== disk ($1): $(df -Pk "$KIT_ROOT" | awk 'NR == 2 {printf "%.1f", $4 / 1048576}') GB free for the repo," \
+    "$(df -Pk "$tmp" | awk 'NR == 2 {printf "%.1f", $4 / 1048576}') GB in $tmp"
+}
+
 # shellcheck source=lib/venv.sh
 source scripts/lib/venv.sh
+disk_free "before the venv"
 venv_start=$SECONDS
 kit_ensure_venv
 venv_s=$((SECONDS - venv_start))
@@ -92,11 +101,13 @@ fi
 # in 20.3 min alone, 10.7 min on 2 workers). The end-to-end runs use every core and most of the memory, and the
 # serial tests hold wall-clock bounds: they run alone, after. Every phase runs; the exit status is the worst.
 status=0
+disk_free "after the venv"
 echo "== pytest, phase 1 of 3: the quick tests (${workers} worker(s)), stack $KIT_STACK"
 phase_start=$SECONDS
 "$KIT_PYTHON" -m pytest -m "not slow and not serial" "${parallel[@]}" || status=$?
 phase1_s=$((SECONDS - phase_start))
 rc1=$status
+disk_free "after phase 1"
 echo "== pytest, phase 2 of 3: the end-to-end runs and the timing-bound tests, one at a time"
 rc=0
 phase_start=$SECONDS
@@ -104,6 +115,7 @@ phase_start=$SECONDS
 phase2_s=$((SECONDS - phase_start))
 rc2=$rc
 ((rc2 > status)) && status=$rc2
+disk_free "after phase 2"
 # Phase 3: every other stack's own tests in its own venv (a fresh shell: the stack's pins replace this one's).
 phase_start=$SECONDS
 rc=0
@@ -114,6 +126,7 @@ for other in $KIT_STACKS; do
     bash "$KIT_ROOT/scripts/test.sh" --stack "$other" || rc=$?
 done
 phase3_s=$((SECONDS - phase_start))
+disk_free "after phase 3"
 # Where CI's minutes go, one line a user and CI's log can compare run to run (wall seconds of this machine).
 echo "== test.sh wall time: venv ${venv_s} s, phase 1 ${phase1_s} s (exit ${rc1}), phase 2 ${phase2_s} s" \
   "(exit ${rc2}), phase 3 ${phase3_s} s (exit ${rc}), total $((venv_s + phase1_s + phase2_s + phase3_s)) s"

@@ -284,6 +284,22 @@ def test_rl_overrides_cpu() -> None:
     assert len({o.split("=", 1)[0] for o in overrides}) == len(overrides), "duplicate Hydra keys"
 
 
+def test_rl_overrides_cpu_on_the_current_stack_bound_its_memory() -> None:
+    """verl 0.9.1's CPU run: one TransferQueue unit, one rank, two reward workers (its default 8 took 5.4 GB of a 24 GB
+    machine: platforms/verl_selectors.py); the reference's run has none of those keys."""
+    from platforms.stacks import STACKS
+
+    current = plat.CPU.verl_overrides("rl", STACKS["0.9.1"])
+    for expected in (
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "trainer.n_gpus_per_node=1",
+        "reward.num_workers=2",
+    ):
+        assert expected in current, current
+    assert not any(o.startswith(("reward.", "transfer_queue.")) for o in plat.CPU.verl_overrides("rl", REFERENCE))
+    assert len({o.split("=", 1)[0] for o in current}) == len(current), "duplicate Hydra keys"
+
+
 def test_sft_overrides_cpu_use_sft_keys() -> None:
     overrides = plat.CPU.verl_overrides("sft", REFERENCE)
     assert overrides == [

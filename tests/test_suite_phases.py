@@ -142,6 +142,16 @@ def test_the_default_run_prints_each_phases_wall_time_and_keeps_the_worse_exit(t
         assert "fake pytest (0.6.1) -m pytest -m not slow and not serial" in proc.stdout, proc.stdout
         assert "fake pytest (0.6.1) -m pytest -m slow or serial" in proc.stdout, proc.stdout
         assert "fake pytest (0.9.1) -m pytest tests/stack091" in proc.stdout, proc.stdout  # issue 43: phase 3
+        # CI's machine once ran out of disk in phase 2: each phase's log says what was free (docs/testing.md, "Disk")
+        disk = re.findall(r"^== disk \(([^)]+)\): [\d.]+ GB free for the repo, [\d.]+ GB in \S+$", proc.stdout, re.M)
+        assert disk == [
+            "before the venv",
+            "after the venv",
+            "after phase 1",
+            "after phase 2",
+            "before the venv",  # phase 3's own test.sh, for the other stack
+            "after phase 3",
+        ], proc.stdout
         line = proc.stdout.strip().splitlines()[-1]
         assert re.fullmatch(
             rf"== test\.sh wall time: venv \d+ s, phase 1 \d+ s \(exit {rc_quick}\), phase 2 \d+ s \(exit "
@@ -160,3 +170,43 @@ def test_the_default_run_skips_the_covered_end_to_end_runs_with_their_reason() -
     listed = _pytest("--collect-only", "-q", "-m", "slow or serial", files[0])
     assert "test_sync_grpo_survives_a_killed_worker_and_a_killed_driver" in listed.stdout
     assert "test_rl_checkpoint_merges_and_scores" in listed.stdout
+
+
+def test_a_passing_tests_temporary_folder_is_removed_when_it_ends(tmp_path: Path) -> None:
+    """The end-to-end runs write models and checkpoints (GBs) into tmp_path: with pyproject.toml's retention policy a
+    passing test's folder goes when the test ends, a failing one's stays for its post-mortem."""
+    (tmp_path / "test_writes.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.parametrize('outcome', ['passes', 'fails'])\n"
+        "def test_writes(tmp_path, outcome):\n"
+        "    (tmp_path / 'checkpoint.bin').write_bytes(bytes(4096))\n"
+        "    assert outcome == 'passes'\n"
+    )
+    basetemp = tmp_path / "basetemp"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(REPO_ROOT / "pyproject.toml"),
+            "--rootdir",
+            str(tmp_path),
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "--basetemp",
+            str(basetemp),
+            "-q",
+            str(tmp_path / "test_writes.py"),
+        ],
+        capture_output=True,
+        text=True,
+        env=kit_env(),
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert "1 failed, 1 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    left = sorted(path.parent.name for path in basetemp.rglob("checkpoint.bin"))
+    assert left == ["test_writes_fails_0"], left
