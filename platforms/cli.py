@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from platforms import stacks
-from platforms.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, entry_point, fail
+from platforms.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, ArgumentParser, entry_point, fail
 from platforms.env import PHASES, render_shell
 from platforms.npu import import_torch_npu
 from platforms.profiles import (
@@ -51,11 +51,21 @@ def add_profile_option(parser: argparse.ArgumentParser, help_text: str, **kwargs
     parser.add_argument("--profile", "--hw", dest="profile", choices=PROFILE_NAMES, help=help_text, **kwargs)
 
 
+def stack_name_arg(text: str) -> str:
+    """A stack's name, checked where argparse reads it (before anything the command would start)."""
+    if text not in stacks.names():
+        raise argparse.ArgumentTypeError(f"unknown stack {text!r}: choose one of {', '.join(stacks.names())}")
+    return text
+
+
 def add_stack_option(parser: argparse.ArgumentParser, **kwargs: Any) -> None:
     """``--stack``: the one spelling of the stack option across the kit's CLIs; the entry point resolves it once
     (:func:`platforms.stacks.resolve`: the flag, KIT_STACK, this interpreter's verl, the default), which checks it."""
     parser.add_argument(
         "--stack",
+        # checked as it is read where the parser is the boundary's (one line, before the entry point's work); the
+        # other parsers' entry points refuse it in stacks.resolve, one line too, where a usage block would print here
+        type=stack_name_arg if isinstance(parser, ArgumentParser) else None,
         metavar="|".join(stacks.names()),
         **({"default": None} | kwargs),
         help=f"which stack: {stacks.default_name()} (the reference, the default) or "

@@ -11,7 +11,17 @@ import subprocess
 import sys
 
 from sandbox.bench_burst import add_burst_options
-from sandbox.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError, entry_point, fail
+from sandbox.cli_errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    ArgumentParser,
+    UsageError,
+    entry_point,
+    fail,
+    input_path,
+    output_file,
+)
 from sandbox.keepalive import BACKOFF_S, MAX_DEATHS, WINDOW_S, run_keep_alive
 from sandbox.settings import DEFAULT_PRELOAD, SandboxSettings
 from sandbox.worker_os import raise_open_file_limit
@@ -21,7 +31,10 @@ PROG = "retool-sandbox"
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
@@ -74,7 +87,7 @@ def _counts(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=PROG,
         description="SandboxFusion-compatible /run_code service (warm fork-server workers, bubblewrap isolation).",
     )
@@ -182,6 +195,7 @@ def _add_serve_process(serve: argparse.ArgumentParser, defaults: SandboxSettings
     )
     serve.add_argument(
         "--allow-path",
+        type=input_path(),  # checked before the port is taken
         action="append",
         default=[],
         metavar="PATH",
@@ -215,7 +229,8 @@ def _add_bench(bench: argparse.ArgumentParser) -> None:
     )
     bench.add_argument("--warmup", type=_at_least_zero, default=3, help="untimed requests first (default %(default)s)")
     bench.add_argument("--timeout", type=_seconds, default=60.0, help="HTTP timeout per request, s")
-    bench.add_argument("--json", dest="json_out", help="also write the results as JSON to this file")
+    bench.add_argument("--json", dest="json_out", type=output_file(".json"), help="also write the results as JSON here")
+    bench.add_argument("--force", action="store_true", help="replace a --json file that exists (default: refused)")
     add_burst_options(bench)
 
 
@@ -270,7 +285,7 @@ def _serve(args: argparse.Namespace) -> int:
         sandbox_uid=args.sandbox_uid,
         sandbox_gid=args.sandbox_uid,
         overload_status=args.overload_status,
-        allow_paths=tuple(args.allow_path),
+        allow_paths=tuple(str(p) for p in args.allow_path),
     )
     raise_open_file_limit(4 * (settings.workers + settings.max_queue) + 256)  # sockets + per-run pipes
     try:

@@ -150,7 +150,9 @@ ROWS = {
         "--limit: -1",
     ),
     "doctor --min-free-gb -5": Row([f"{BIN}/retool-doctor", "--min-free-gb", "-5"], "--min-free-gb: -5"),
-    "plot missing logdir": Row([f"{BIN}/retool-plot", "{tmp}/no-such-run"], "{tmp}/no-such-run: no such folder"),
+    "plot missing logdir": Row(
+        [f"{BIN}/retool-plot", "{tmp}/no-such-run"], "{tmp}/no-such-run: no such file or folder"
+    ),
     # issue 33: a file that is not an event file exited 1 with "no data for: <every panel>"
     "plot a log file": Row(
         [f"{BIN}/retool-plot", "{tmp}/run.log", "--out", "{tmp}/plots"],
@@ -175,7 +177,9 @@ ROWS = {
         [f"{BIN}/retool-eval", "{tmp}", "--step", "1", "--all-steps"], "--step and --all-steps", plant=_generations
     ),
     "eval --tokenizer missing": Row(
-        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--tokenizer", "/no/such/tok"], "--tokenizer /no/such/tok: no such"
+        [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--tokenizer", "/no/such/tok"],
+        "--tokenizer /no/such/tok: no such",
+        plant=_generations,  # issue 52: a missing input is refused first, as the parser reads it
     ),
     "smoke dry run, unwritable --out": Row(
         ["bash", str(REPO_ROOT / "scripts" / "smoke.sh"), "--dry-run", "--fast", "--out", "/proc/kit-smoke"],
@@ -255,7 +259,8 @@ ROWS = {
         "{tmp}/no.jsonl: no such file or folder",
     ),
     "prepare --output a folder": Row(
-        [f"{BIN}/retool-prepare", "sft", "--input", "x.jsonl", "--output", "{tmp}"], "--output {tmp} is a directory"
+        [f"{BIN}/retool-prepare", "sft", "--input", "x.jsonl", "--output", "{tmp}"],
+        "--output {tmp} is a folder, not a file",
     ),
     # issue 33: an output nothing can be written in: pyarrow's path-less FileNotFoundError after all the work (prepare),
     # a download of gigabytes before the failure (bundle create), the report computed before it (eval)
@@ -286,9 +291,10 @@ ROWS = {
     ),
     # issue 33: the input was overwritten by a re-preparation of itself, exit 0
     "prepare --output the --input": Row(
-        [f"{BIN}/retool-prepare", "val", "--input", "{tmp}/a.jsonl", "--output", "{tmp}/a.jsonl"],
-        "--output {tmp}/a.jsonl is the --input file",
-        plant=lambda tmp: (tmp / "a.jsonl").write_bytes((SMOKE_DATA / "aime_2025.jsonl").read_bytes()),
+        # issue 52: without --force an existing --output is refused first, and a .jsonl name for parquet rows too
+        [f"{BIN}/retool-prepare", "val", "--input", "{tmp}/a.parquet", "--output", "{tmp}/a.parquet", "--force"],
+        "--output {tmp}/a.parquet is the --input file",
+        plant=lambda tmp: (tmp / "a.parquet").write_bytes((SMOKE_DATA / "aime_2025.jsonl").read_bytes()),
     ),
     "prepare broken jsonl": Row(
         [f"{BIN}/retool-prepare", "rl", "--input", "{tmp}/bad.jsonl", "--output", "{tmp}/o.parquet"],
@@ -298,7 +304,7 @@ ROWS = {
     "doctor --only bogus": Row([f"{BIN}/retool-doctor", "--only", "bogus"], "--only: unknown check group(s) bogus"),
     "eval report over its input": Row(
         [f"{BIN}/retool-eval", "{tmp}/g.jsonl", "--json", "{tmp}/g.jsonl"],
-        "--json {tmp}/g.jsonl is the input {tmp}/g.jsonl",
+        "--json: {tmp}/g.jsonl: a .jsonl name, but this writes .json",  # issue 52: the name is refused first
         plant=_generations,
     ),
     "eval missing input": Row([f"{BIN}/retool-eval", "{tmp}/gone.jsonl"], "{tmp}/gone.jsonl: no such file or folder"),

@@ -16,7 +16,7 @@ from pathlib import Path
 import platforms as device
 from platforms import PHASES, PLATFORM_OVERRIDE_ENV, PLATFORMS, PROFILES, HardwareProfile, Platform, pins, stacks
 from platforms.cli import add_profile_option, add_stack_option
-from platforms.cli_errors import entry_point, number_arg
+from platforms.cli_errors import ArgumentParser, entry_point, input_file, input_folder, number_arg
 from platforms.doctor.disk import check_disk
 from platforms.doctor.host import check_cann, check_npu_smi, check_platform
 from platforms.doctor.image import check_image
@@ -179,7 +179,7 @@ def _csv(value: str) -> frozenset[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="retool-doctor",
         description="Check this machine before a ReTool SFT/RL run: platform, CANN, npu-smi, network interface, "
         "versions against the kit's pins, verl's patches, Ray's device count, env vars, sandbox, paths and disk. "
@@ -213,10 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--dev-root", type=Path, default=Path("/dev"), help="device node directory (default /dev)")
     probe.add_argument("--cann-root", type=Path, default=CANN_ROOT, help="Ascend install root (default %(default)s)")
     probe.add_argument("--npu-smi", help="npu-smi binary (default: found on PATH)")
-    probe.add_argument("--patches-dir", type=Path, help="the kit's patch series (default: the kit's patches/)")
-    probe.add_argument("--ray-resources-json", type=Path, help="JSON file with this node's Ray resources")
+    probe.add_argument(
+        "--patches-dir", type=input_folder(), help="the kit's patch series (default: the kit's patches/)"
+    )
+    probe.add_argument("--ray-resources-json", type=input_file(), help="JSON file with this node's Ray resources")
     probe.add_argument("--ray-address", help="Ray cluster to query (default: RAY_ADDRESS, or a running local one)")
-    probe.add_argument("--ip-addr-file", type=Path, help="saved `ip -o -4 addr show` output (default: run it)")
+    probe.add_argument("--ip-addr-file", type=input_file(), help="saved `ip -o -4 addr show` output (default: run it)")
     return parser
 
 

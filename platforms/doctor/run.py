@@ -254,12 +254,15 @@ def _cut_parquet(path: Path) -> bool:
         return head != b"PAR1" or handle.read(4) != b"PAR1"
 
 
-def _data_file_result(check: str, path: Path, prepare: str) -> Result:
-    """One data file by the dry run's own rule (platforms/data_file.py, issue 44): readable, columns of a known
-    schema, rows; the line says which phase's data it is, since a DAPO file given to SFT is what fails late."""
+def _data_file_result(check: str, path: Path, prepare: str, phase: str = "rl") -> Result:
+    """One data file by the dry run's own rule for ``phase`` (:func:`platforms.data_file.phase_problems`, which
+    recipes/launch/run_inputs/validate_data.py:21 calls too): readable, columns of a known schema, rows, and the
+    columns ``phase``'s dataset class reads. Issue 52 row 6: an RL parquet was "OK ... for an RL recipe" under
+    ``--phase sft``, while the SFT dry run refused the same file."""
     found = data_file.inspect(path)
-    if found.problems:
-        return fail(check, f"data {path} " + "; ".join(found.problems), prepare)
+    problems = data_file.phase_problems(found, phase)
+    if problems:
+        return fail(check, f"data {path} " + "; ".join(problems), prepare)
     rows = f"{found.num_rows:,} rows, " if found.num_rows is not None else ""
     kind = data_file.describe(found)
     use = {"rl": "an RL recipe's TRAIN_FILE/VAL_FILE", "sft": "an SFT recipe's TRAIN_FILE/VAL_FILE"}.get(found.kind)
@@ -295,7 +298,7 @@ def check_paths(ctx: Context) -> list[Result]:
             what = f"data {path}: {', '.join(f.name for f in damaged[:3])} is not a whole parquet file (no PAR1 ends)"
             results.append(fail(check, what, prepare))
         elif path.is_file() and path.stat().st_size > 0:
-            results.append(_data_file_result(check, path, prepare))
+            results.append(_data_file_result(check, path, prepare, ctx.opts.phase))
         elif path.is_dir() and any(path.glob("*.parquet")):
             results.append(ok(check, f"data dir {path} ({len(list(path.glob('*.parquet')))} parquet files)"))
         else:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from platforms import PROFILE_ENV, PROFILE_NAMES, PROFILES, REFERENCE_PROFILE, applied, default_hardware, stacks
 from platforms.cli import add_profile_option, add_stack_option, profiles_help
-from platforms.cli_errors import EXIT_FAILED, EXIT_OK, UsageError, entry_point, whole_number_arg
+from platforms.cli_errors import EXIT_FAILED, EXIT_OK, ArgumentParser, UsageError, entry_point, whole_number_arg
 from platforms.stacks import Stack
 from recipes.launch.cluster import ray_cluster
 from recipes.launch.planning import compose
@@ -57,7 +57,7 @@ def _epilog() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=PROG,
         description="Compose, validate and launch the kit's ReTool recipes (verl 0.6.1; 0.9.1 with --stack) on one of "
         "the hardware "
@@ -85,12 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("list", help="list the recipes and their run scripts")
     _add_demand_parser(sub)
     # parsed by build_run_parser(): options may follow the overrides, which needs parse_intermixed_args
-    sub.add_parser("run", help="what the run scripts exec: environment, plan, then the verl command (or --dry-run)")
+    sub.add_parser(
+        "run", help="what the run scripts exec: environment, plan, then the verl command (or --dry-run)"
+    ).set_defaults(kit_parser=build_run_parser)  # main parses "run" with it; tests walk its options there
     return parser
 
 
 def build_run_parser() -> argparse.ArgumentParser:
-    run = argparse.ArgumentParser(
+    run = ArgumentParser(
         prog="bash recipes/run_recipe.sh",
         description="Compose, validate and launch one of the kit's ReTool recipes with verl (the per-recipe "
         "scripts recipes/run_<recipe>_npu.sh pass RECIPE themselves). Anything that is not an option is a Hydra "

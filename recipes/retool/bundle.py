@@ -34,8 +34,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from platforms import pins, stacks
-from platforms.cli import add_stack_option
-from platforms.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point
+from platforms.cli import add_stack_option, stack_name_arg
+from platforms.cli_errors import (
+    EXIT_OK,
+    ArgumentParser,
+    KitError,
+    UsageError,
+    check_writable,
+    entry_point,
+    output_folder,
+)
 from platforms.stacks import Stack
 from recipes.retool import bundle_offline
 from recipes.retool.folders import DEFAULT_DATA_DIR, DEFAULT_MODELS_DIR
@@ -135,8 +143,9 @@ def create(
 ) -> dict:
     """Everything an offline site needs into a new folder ``out``. What can be checked is checked before the
     downloads (issue 33, finding 6: a missing --image failed after the datasets and the model), and a create that
-    fails removes the partial folder, so the same command can simply be run again. ``stack``: whose pins the wheels
-    and verl's sdist are, recorded in the MANIFEST."""
+    fails removes what it wrote (the folder too when it made it; an empty folder the user made stays: issue 52 row 7),
+    so the same command can simply be run again. ``stack``: whose pins the wheels and verl's sdist are, recorded in
+    the MANIFEST."""
     if out.exists() and not out.is_dir():
         raise BundleError(f"--out {out} is a file: give a new folder")
     if out.exists() and any(out.iterdir()):
@@ -148,11 +157,14 @@ def create(
             f"--image {', '.join(missing)}: no such image here (docker image inspect); build it (docker/build.sh) "
             "or pull it first"
         )
+    made = not out.exists()
     try:
         return _fill(out, model, images, wheels, stack, download, run)
     except BaseException:
-        shutil.rmtree(out, ignore_errors=True)  # it was new or empty: nothing of the user's is in it
-        say(f"create failed: removed the partial {out}; run the same command again")
+        # it was new or empty, so all it holds is ours; the folder itself is ours only when we made it
+        for child in [out] if made else (list(out.iterdir()) if out.is_dir() else []):
+            shutil.rmtree(child, ignore_errors=True) if child.is_dir() else child.unlink(missing_ok=True)
+        say(f"create failed: removed what it wrote in {out}; run the same command again")
         raise
 
 
@@ -261,7 +273,17 @@ def _prepare_data(bundle: Path, manifest: dict, data_dir: Path, force: bool, run
             say(f"data {output} exists: left as it is (--force replaces it)")
             continue
         source = bundle / "datasets" / manifest["datasets"][command]
-        run([sys.executable, "-m", "recipes.retool.prepare", command, "--input", str(source), "--output", str(output)])
+        argv = [
+            sys.executable,
+            "-m",
+            "recipes.retool.prepare",
+            command,
+            "--input",
+            str(source),
+            "--output",
+            str(output),
+        ]
+        run([*argv, "--force"] if output.exists() else argv)  # exists here only with force: prepare replaces it
 
 
 def _place_model(source: Path, model: Path, force: bool) -> None:
@@ -294,8 +316,12 @@ def install(
         raise BundleError(f"--pip: {problem}", stacks.venv_hint(stack))
     manifest = verify(bundle)
     _check_verl_requirement(bundle, stack)
+    model = models_dir / manifest["model"]
+    where = bundle.resolve()
+    if force and model.is_dir() and (model.resolve() == where or model.resolve() in where.parents):  # issue 52
+        raise BundleError(f"--force would replace {model}, which holds the bundle --from {bundle}", "move it out first")
     _prepare_data(bundle, manifest, data_dir, force, run)
-    _place_model(bundle / "models" / manifest["model"], models_dir / manifest["model"], force)
+    _place_model(bundle / "models" / manifest["model"], model, force)
     for tar in sorted((bundle / "images").glob("*.tar")):
         run(["docker", "load", "-i", str(tar)])
     if pip and (bundle / "wheels").is_dir():
@@ -316,12 +342,12 @@ def pip_install(wheels: Path, stack: Stack) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="retool-bundle", description="Carry everything a ReTool run reads to an offline cluster, checked."
     )
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("create", help="on a connected machine: datasets, model, wheels, images -> DIR + MANIFEST.json")
-    c.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new or empty folder")
+    c.add_argument("--out", type=output_folder("empty"), required=True, metavar="DIR", help="a new or empty folder")
     c.add_argument("--model", default=DEFAULT_MODEL, help=f"hub id of the base model (default {DEFAULT_MODEL})")
     c.add_argument("--image", action="append", default=[], metavar="TAG", help="docker save this image (repeatable)")
     add_stack_option(c)
@@ -333,11 +359,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     i = sub.add_parser("install", help="on the offline side: verify checksums, prepare data, place model, load images")
     i.add_argument("--from", dest="bundle", type=Path, required=True, metavar="DIR")
+    into = output_folder("into")  # what exists there stays unless --force (_prepare_data, _place_model)
     i.add_argument(
-        "--data-dir", type=Path, default=Path(os.path.expanduser(DEFAULT_DATA_DIR)), help="default %(default)s"
+        "--data-dir", type=into, default=Path(os.path.expanduser(DEFAULT_DATA_DIR)), help="default %(default)s"
     )
     i.add_argument(
-        "--models-dir", type=Path, default=Path(os.path.expanduser(DEFAULT_MODELS_DIR)), help="default %(default)s"
+        "--models-dir", type=into, default=Path(os.path.expanduser(DEFAULT_MODELS_DIR)), help="default %(default)s"
     )
     i.add_argument("--pip", action="store_true", help="also pip install the bundled wheels into this Python, no index")
     i.add_argument(
@@ -347,6 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     i.add_argument(  # not add_stack_option's default order: a bundle is one stack's, whatever this Python's is
         "--stack",
+        type=stack_name_arg,
         metavar="|".join(stacks.names()),
         help=f"the bundle's stack (default: the one its {MANIFEST} records); another is refused",
     )

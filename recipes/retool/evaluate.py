@@ -41,7 +41,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from platforms.cli_errors import EXIT_OK, UsageError, check_writable, counts_arg, entry_point
+from platforms.cli_errors import (
+    EXIT_OK,
+    ArgumentParser,
+    UsageError,
+    check_writable,
+    counts_arg,
+    entry_point,
+    input_file,
+    input_path,
+    output_file,
+)
 from recipes.retool.generations import (
     OUTPUT_KEYS,
     Sample,
@@ -302,7 +312,7 @@ def _refuse_overwriting_an_input(option: str, target: Path, args: argparse.Names
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="retool-eval",
         description="Accuracy (mean@k by the kit's verifier and by verl's strict math_dapo rule, maj@k, best@k, "
         "unbiased pass@k) and tool use of ReTool generations, per data source and per problem, from verl validation "
@@ -310,15 +320,22 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=__doc__.split("\n\n", 2)[2],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("inputs", nargs="+", type=Path, help="dump folder(s) or .jsonl file(s)")
+    parser.add_argument("inputs", nargs="+", type=input_path(), help="dump folder(s) or .jsonl file(s)")
     parser.add_argument("--step", type=int, help="in a dump folder, this step's file (default: the last step)")
     parser.add_argument("--all-steps", action="store_true", help="in a dump folder, every step's file together")
-    parser.add_argument("--data", type=Path, action="append", default=[], help="RL/val parquet: data_source lookup")
+    parser.add_argument(
+        "--data", type=input_file(), action="append", default=[], help="RL/val parquet: data_source lookup"
+    )
     parser.add_argument("--k", type=counts_arg, help="comma-separated k for pass@k (default 1, 2, 4, ... up to n)")
     parser.add_argument("--tokenizer", help="tokenizer (path or name) to also count response tokens")
     parser.add_argument("--tool-name", default="code_interpreter", help="tool a well-formed call must name")
-    parser.add_argument("--json", type=Path, help="write the report as JSON here")
-    parser.add_argument("--markdown", type=Path, help="write the report as Markdown here (default: stdout)")
+    parser.add_argument("--json", type=output_file(".json"), help="write the report as JSON here")
+    parser.add_argument(
+        "--markdown",
+        type=output_file(".md", ".markdown", ".txt"),
+        help="write the report as Markdown here (default: stdout)",
+    )
+    parser.add_argument("--force", action="store_true", help="replace a --json or --markdown file that exists")
     parser.add_argument("--quiet", action="store_true", help="print nothing to stdout")
     return parser
 

@@ -24,6 +24,9 @@ tells it apart (``runA``, ``runB``), never merged into one curve.
 * ``tool_use`` — the share of validation responses that called the tool (``val-aux/<source>/used_tool/mean@k``,
   logged by the kit's reward: the learning check's tool-call rate);
 * ``entropy`` — ``actor/entropy``;
+* ``weight_sync`` — ``training/rollout_probs_diff_mean`` (and ``_max``): how far the rollout's token probabilities are
+  from the trainer's (verl's training-inference mismatch; it jumps when the rollout misses an update: the learning
+  check's witness, recipes/smoke/sync_witness.py);
 * ``step_time`` — ``timing_s/step`` (and generation time, ``timing_s/gen``);
 * ``sft_loss`` — ``train/loss`` and ``val/loss`` of an SFT run.
 """
@@ -39,7 +42,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from platforms.cli_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, check_writable, entry_point, fail
+from platforms.cli_errors import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    ArgumentParser,
+    check_writable,
+    entry_point,
+    fail,
+    input_path,
+    output_folder,
+)
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,12 @@ PANELS: tuple[Panel, ...] = (
     ),
     Panel("tool_use", "Responses that called the tool (validation)", "share", ("val-aux/*/used_tool/mean@*",)),
     Panel("entropy", "Policy entropy", "nats/token", ("actor/entropy",)),
+    Panel(
+        "weight_sync",
+        "Rollout vs trainer token probabilities (the weight sync's witness)",
+        "|p_rollout - p_trainer| (mean, max)",
+        ("training/rollout_probs_diff_mean", "training/rollout_probs_diff_max"),
+    ),
     Panel("step_time", "Step time", "seconds", ("timing_s/step", "timing_s/gen")),
     Panel("sft_loss", "SFT loss", "loss", ("train/loss", "val/loss")),
 )
@@ -231,7 +250,7 @@ def plot(root: Path | Sequence[Path], out: Path, panels: Sequence[Panel] = PANEL
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=PROG,
         description="Draw ReTool runs' curves (val acc by the kit's verifier and by verl's strict rule, reward, "
         "response length, turns/tool rounds, entropy, step time, SFT loss) as PNGs from their tensorboard event "
@@ -239,9 +258,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="panels: " + ", ".join(f"{p.name} ({', '.join(p.patterns)})" for p in PANELS),
     )
     parser.add_argument(
-        "logdirs", nargs="+", type=Path, help="tensorboard folder(s) (searched recursively) or event file(s)"
+        "logdirs", nargs="+", type=input_path(), help="tensorboard folder(s) (searched recursively) or event file(s)"
     )
-    parser.add_argument("--out", type=Path, help="folder for the PNGs (created; required unless --list-tags)")
+    parser.add_argument(
+        "--out", type=output_folder("empty"), help="folder for the PNGs (created; required unless --list-tags)"
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="draw into a non-empty --out (PNGs of the same name are replaced)"
+    )
     parser.add_argument("--panels", help="comma-separated subset of the panels (default: all)")
     parser.add_argument("--list-tags", action="store_true", help="print the runs and scalar tags found and exit")
     return parser

@@ -20,7 +20,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from platforms.cli_errors import EXIT_OK, UsageError, check_writable, entry_point, whole_number_arg
+from platforms.cli_errors import (
+    EXIT_OK,
+    ArgumentParser,
+    UsageError,
+    check_writable,
+    entry_point,
+    output_file,
+    whole_number_arg,
+)
 from recipes.retool.rows import dedup_key, to_rl_row
 from recipes.retool.sft import to_sft_row
 from recipes.retool.sources import (
@@ -151,7 +159,7 @@ def prepare_rl(args: argparse.Namespace, source: Source, fmt: str, split: str) -
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="retool-prepare",
         description="Build the ReTool recipe's parquet files: multi-turn SFT (sft), RL training (rl), validation (val)",
         epilog="Hub ids are loaded with `datasets` (HF_ENDPOINT and HF_HUB_OFFLINE are honoured); local files or "
@@ -166,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in help_by_command.items():
         p = sub.add_parser(name, help=text, description=text)
         p.add_argument("--input", required=True, metavar="PATH|HUB_ID", help="local file/folder, or hub id org/name")
-        p.add_argument("--output", required=True, type=Path, metavar="FILE.parquet")
+        p.add_argument("--output", required=True, type=output_file(".parquet"), metavar="FILE.parquet")
+        p.add_argument("--force", action="store_true", help="replace --output when it exists (default: refused)")
         formats = SFT_FORMATS if name == "sft" else RL_FORMATS
         p.add_argument("--format", choices=formats, help="source schema (default: detected from the columns)")
         p.add_argument("--split", default="train", help="split to read from a hub id or folder (default: train)")

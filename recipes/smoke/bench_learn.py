@@ -40,6 +40,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -75,6 +76,7 @@ class Run:
     argv: list[str]
     changes: dict[str, str]  # the environment against the bench's own: the sabotage's switches
     marker: str | None  # the sabotage's line in its RL log; None: the shipped run, where no MARKER line may appear
+    sync_breaks_at: int | None = None  # the step the weight sync's witness must name (Sabotage.sync_breaks_at)
 
     def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
         return {**environ, **self.changes}
@@ -98,7 +100,16 @@ def plan(
         command = argv(sabotage.name, "--from-sft", str(out / SHIPPED), *overrides)
         changes = {k: v for k, v in sabotage.environment(environ).items() if environ.get(k) != v}
         runs.append(
-            Run(sabotage.name, sabotage.broken, NOT_LEARNED, out / sabotage.name, command, changes, sabotage.marker)
+            Run(
+                sabotage.name,
+                sabotage.broken,
+                NOT_LEARNED,
+                out / sabotage.name,
+                command,
+                changes,
+                sabotage.marker,
+                sabotage.sync_breaks_at,
+            )
         )
     return runs
 
@@ -121,6 +132,8 @@ class Row:
     rl_seconds: float | None = None
     run_seconds: float | None = None
     sabotage_lines: int | None = None  # MARKER lines in the RL log (the sabotage's own for a sabotage run)
+    sync_gaps: dict[str, float] | None = None  # each RL step's rollout/trainer probability gap (sync_witness)
+    sync_failed_step: int | None = None  # the step the weight sync's witness named, if it failed
     exit_status: int | None = None  # None: measured by an earlier bench (--only), or not run
     earlier: bool = False
     out: str = ""
@@ -157,6 +170,9 @@ def measure(run: Run, exit_status: int | None, *, earlier: bool = False) -> Row:
         stages = {stage.get("name"): stage for stage in summary.get("stages", [])}
         row.rl_seconds = stages.get("rl", {}).get("seconds")
         row.run_seconds = summary.get("seconds")
+        row.sync_gaps = summary.get("weight_sync_gaps")
+        failed_at = re.search(r"FAILED at step (\d+)", str(summary.get("weight_sync_verdict")))
+        row.sync_failed_step = int(failed_at.group(1)) if failed_at else None
     row.sabotage_lines = _marker_lines(run)
     row.problem = _problem(run, row)
     return row
@@ -174,6 +190,10 @@ def _problem(run: Run, row: Row) -> str | None:
         return f"{run.name} ran with a sabotage ({row.sabotage_lines} {MARKER!r} lines in its RL log)"
     if run.marker is not None and not row.sabotage_lines:
         return f"{run.name} shows no {run.marker!r} line in its RL log: the sabotage never took effect"
+    if row.sync_failed_step != run.sync_breaks_at and row.verdict != "not run":
+        named = f"step {row.sync_failed_step}" if row.sync_failed_step else "none"
+        want = f"step {run.sync_breaks_at}" if run.sync_breaks_at else "none"
+        return f"{run.name}: the weight sync's witness named {named}, not {want}"
     return None
 
 
@@ -190,9 +210,29 @@ def _pair(before: float | None, after: float | None, percent: bool = False) -> s
     return f"{before:.0%} -> {after:.0%}" if percent else f"{before:.2f} -> {after:.2f}"
 
 
+def _gaps(row: Row) -> str:
+    """The weight sync's witness per step (recipes/smoke/sync_witness.py), the step it failed at in bold."""
+    if not row.sync_gaps:
+        return "-"
+    marked = (
+        f"**{gap:.2e}**" if int(step) == row.sync_failed_step else f"{gap:.2e}" for step, gap in row.sync_gaps.items()
+    )
+    return " ".join(marked)
+
+
 def render(rows: Sequence[Row]) -> str:
     """The table, in Markdown (what OUT/bench_learn.md holds and the terminal shows)."""
-    header = ["run", "what was broken", "val acc", "tool calls", "verdict", "sabotage lines", "RL s", "ok"]
+    header = [
+        "run",
+        "what was broken",
+        "val acc",
+        "tool calls",
+        "sync gap by step",
+        "verdict",
+        "sabotage lines",
+        "RL s",
+    ]
+    header.append("ok")
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in rows:
         cells = [
@@ -200,6 +240,7 @@ def render(rows: Sequence[Row]) -> str:
             row.broken,
             _pair(row.val_acc_before, row.val_acc_after),
             _pair(row.tool_calls_before, row.tool_calls_after, percent=True),
+            _gaps(row),
             row.verdict,
             "-" if row.sabotage_lines is None else str(row.sabotage_lines),
             "-" if row.rl_seconds is None else f"{row.rl_seconds:.0f}",
@@ -285,7 +326,8 @@ def execute(runs: Sequence[Run], selected: Sequence[str], out: Path, runner: Run
 EPILOG = """\
 Runs (in this order; --only picks some):
   shipped      bash scripts/smoke.sh --learn as shipped: must report "learned" (exit 0)
-  weight-sync  KIT_TEST_WEIGHT_SYNC=first-only: vLLM keeps the SFT weights: must report "did NOT learn" (exit 1)
+  weight-sync  KIT_TEST_WEIGHT_SYNC=first-only: vLLM keeps the SFT weights: must report "did NOT learn" (exit 1),
+               the weight sync's witness naming step 2 (recipes/smoke/sync_witness.py)
   reward-sign  the kit's reward with its training score negated: must report "did NOT learn"
   loss-mask    KIT_TEST_LOSS_MASK=tool-tokens: the tool's output is trained on: must report "did NOT learn"
 The sabotage runs start from the shipped run's data and merged SFT model (smoke.sh --from-sft OUT/shipped) and run

@@ -21,20 +21,32 @@ import datetime
 import importlib.util
 import json
 import os
-import shlex
 import shutil
 import sys
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from platforms import stacks
 from platforms.cli import add_stack_option
-from platforms.cli_errors import EXIT_OK, EXIT_USAGE, UsageError, check_writable, entry_point, hydra_override_arg
-from platforms.stacks import ENV_VAR, Stack
-from recipes.smoke.help_text import epilog
+from platforms.cli_errors import (
+    EXIT_OK,
+    EXIT_USAGE,
+    ArgumentParser,
+    UsageError,
+    check_writable,
+    entry_point,
+    hydra_override_arg,
+    input_file,
+    input_folder,
+    number_arg,
+    output_folder,
+    whole_number_arg,
+)
+from platforms.stacks import Stack
+from recipes.smoke.help_text import describe, epilog
 
 if TYPE_CHECKING:
     from platforms import HardwareProfile, Platform
@@ -73,7 +85,7 @@ def _add_mode_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model",
-        type=Path,
+        type=input_folder(),
         metavar="DIR",
         help="the learning check on your own Hugging Face checkpoint (e.g. a local Qwen3 folder) instead of SmolLM2: "
         "the does-my-stack-learn check on an NPU or GPU (with --platform npu|cuda)",
@@ -95,7 +107,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     _add_mode_options(parser)
     parser.add_argument(
         "--out",
-        type=Path,
+        type=output_folder("replaced"),  # --force empties it: never with --model or --from-sft inside (issue 52)
         metavar="DIR",
         help="artifacts folder (default: build/smoke/<date>-<time> in the kit); must be empty unless --force",
     )
@@ -153,7 +165,7 @@ def _add_reuse_options(parser: argparse.ArgumentParser) -> None:
     """What an earlier run's folder can do for this one: seed it (``--from-sft``) or be replaced (``--force``)."""
     parser.add_argument(
         "--from-sft",
-        type=Path,
+        type=input_folder(),
         metavar="DIR",
         help="start from an earlier run's data and merged SFT model (DIR: its --out; same task, its model..merge "
         "stages ok): they are copied into this run, which runs only the stages from the sandbox on (sandbox, RL, "
@@ -165,7 +177,7 @@ def _add_reuse_options(parser: argparse.ArgumentParser) -> None:
 
 def build_run_parser(stack: Stack, prog: str = "bash scripts/smoke.sh") -> argparse.ArgumentParser:
     """The run's options; its epilog quotes the times measured on ``stack`` (the one ``--stack`` names)."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog,
         description="End-to-end ReTool run with the real trainers: the learning check on SmolLM2 (default) or the "
         "pipeline check on a tiny random model (--fast, --tiny).",
@@ -178,15 +190,21 @@ def build_run_parser(stack: Stack, prog: str = "bash scripts/smoke.sh") -> argpa
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m recipes.smoke", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m recipes.smoke", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("check-args", help="validate smoke options, answer --help, say which interpreter runs the smoke")
-    sub.add_parser("run", help="the whole smoke run (what scripts/smoke.sh execs); run --help lists its options")
+    # main parses these two with the run's parser; kit_parser names it for whoever walks the options (tests)
+    run_parser = {"kit_parser": lambda: build_run_parser(stacks.resolve(None))}
+    sub.add_parser(
+        "check-args", help="validate smoke options, answer --help, say which interpreter runs the smoke"
+    ).set_defaults(**run_parser)
+    sub.add_parser(
+        "run", help="the whole smoke run (what scripts/smoke.sh execs); run --help lists its options"
+    ).set_defaults(**run_parser)
     rate = sub.add_parser("tool-call-rate", help="sample a model on RL prompts and count well-formed tool calls")
-    rate.add_argument("--model", type=Path, required=True)
-    rate.add_argument("--data", type=Path, action="append", required=True, help="RL/val parquet (repeatable)")
-    rate.add_argument("--samples", type=int, default=4)
-    rate.add_argument("--temperature", type=float, default=1.0)
+    rate.add_argument("--model", type=input_folder(), required=True)
+    rate.add_argument("--data", type=input_file(), action="append", required=True, help="RL/val parquet (repeatable)")
+    rate.add_argument("--samples", type=whole_number_arg(1), default=4)
+    rate.add_argument("--temperature", type=number_arg(0), default=1.0)
     return parser
 
 
@@ -358,39 +376,6 @@ def run_mode(args: argparse.Namespace) -> str:
     return mode
 
 
-def describe(smoke: Any) -> str:
-    """The dry run: every command, with what its environment changes against this one, quoted (issue 44: pasted)."""
-    lines = [
-        f"[smoke] dry run: platform {smoke.profile.platform.name}, hardware profile {smoke.profile.name}, scale "
-        f"smoke, rollout {smoke.rollout_engine().label()}, python {sys.executable}; out {smoke.out}; nothing is "
-        "started",
-        f"[smoke] in-process stages: model ({_model_label(smoke)}), tool-call check (sampling on CPU)"
-        if smoke.from_sft is None
-        else f"[smoke] in-process stage: reuse (copies data/, sft/hf_merged/ and sft/tensorboard/ of {smoke.from_sft})",
-    ]
-    previous: dict[str, str] | None = None
-    for cmd in smoke.commands():
-        lines.append(f"== {cmd.stage}")
-        if cmd.env == previous:
-            lines.append("  (environment as above)")
-        else:
-            # the stack is always shown: pasted into a fresh shell, the command runs on the stack it was planned for
-            changed = {k: v for k, v in cmd.env.items() if os.environ.get(k) != v or k == ENV_VAR}
-            lines += [f"  env {k}={shlex.quote(v)}" for k, v in sorted(changed.items())]
-            lines += [f"  env -u {k}" for k in sorted(os.environ) if k not in cmd.env]
-        previous = cmd.env
-        lines.append("  $ " + shlex.join(cmd.argv))
-    return "\n".join(lines)
-
-
-def _model_label(smoke: Any) -> str:
-    if smoke.user_model is not None:
-        return f"yours, used as it is: {smoke.model_dir}"
-    if smoke.task.model == "smollm2":
-        return f"SmolLM2-135M-Instruct, built or reused at {smoke.model_dir}"
-    return "tiny Qwen3 + Qwen tokenizer"
-
-
 def _run(words: list[str]) -> int:
     args, stack = parse_run_args(words)
     target = resolve_target(args.platform)
@@ -439,7 +424,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(rest)
     args = build_parser().parse_args(words)
     if args.command == "tool-call-rate":
+        from platforms import data_file, model_folder
         from recipes.smoke.toolcheck import tool_call_rate
+
+        # the dry run's and the doctor's rules, before transformers loads anything (issue 52: a folder that is no
+        # model ended in a ValueError traceback here)
+        problems = model_folder.inspect(args.model).problems
+        if problems:
+            raise UsageError(f"--model {args.model} " + "; ".join(problems))
+        for path in args.data:
+            if problems := data_file.phase_problems(data_file.inspect(path), "rl"):
+                raise UsageError(f"--data {path} " + "; ".join(problems), "give the RL/val parquet of a smoke run")
 
         print(json.dumps(tool_call_rate(args.model, args.data, args.samples, args.temperature), indent=2))
         return EXIT_OK

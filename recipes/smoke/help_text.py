@@ -2,15 +2,20 @@
 it leaves, and how long it takes on the stack asked for, each time naming its record in docs/measurements/
 (tests/test_measurements.py holds them equal; tests/smoke/test_cli.py checks the epilog of every stack).
 
-Apart from :mod:`recipes.smoke.cli` so that module stays about options and checks. Standard library only: check-args
+Also the dry run's text (:func:`describe`, every command with its environment). Apart from :mod:`recipes.smoke.cli`
+so that module stays about options and checks. Standard library only: check-args
 answers ``--help`` with whatever python3 the machine has.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
+import sys
 from dataclasses import dataclass
+from typing import Any
 
-from platforms.stacks import CURRENT, REFERENCE, Stack
+from platforms.stacks import CURRENT, ENV_VAR, REFERENCE, Stack
 
 
 @dataclass(frozen=True)
@@ -71,3 +76,36 @@ def epilog(stack: Stack) -> str:
         note = f"Not measured on stack {stack.name}; on the reference stack {REFERENCE.name}:\n"
         timings = Timings(f"on stack {REFERENCE.name}: {reference.learn}", note + reference.fast)
     return BODY.format(learn=timings.learn, fast=timings.fast, venv=stack.venv_name)
+
+
+def describe(smoke: Any) -> str:
+    """The dry run: every command, with what its environment changes against this one, quoted (issue 44: pasted)."""
+    lines = [
+        f"[smoke] dry run: platform {smoke.profile.platform.name}, hardware profile {smoke.profile.name}, scale "
+        f"smoke, rollout {smoke.rollout_engine().label()}, python {sys.executable}; out {smoke.out}; nothing is "
+        "started",
+        f"[smoke] in-process stages: model ({_model_label(smoke)}), tool-call check (sampling on CPU)"
+        if smoke.from_sft is None
+        else f"[smoke] in-process stage: reuse (copies data/, sft/hf_merged/ and sft/tensorboard/ of {smoke.from_sft})",
+    ]
+    previous: dict[str, str] | None = None
+    for cmd in smoke.commands():
+        lines.append(f"== {cmd.stage}")
+        if cmd.env == previous:
+            lines.append("  (environment as above)")
+        else:
+            # the stack is always shown: pasted into a fresh shell, the command runs on the stack it was planned for
+            changed = {k: v for k, v in cmd.env.items() if os.environ.get(k) != v or k == ENV_VAR}
+            lines += [f"  env {k}={shlex.quote(v)}" for k, v in sorted(changed.items())]
+            lines += [f"  env -u {k}" for k in sorted(os.environ) if k not in cmd.env]
+        previous = cmd.env
+        lines.append("  $ " + shlex.join(cmd.argv))
+    return "\n".join(lines)
+
+
+def _model_label(smoke: Any) -> str:
+    if smoke.user_model is not None:
+        return f"yours, used as it is: {smoke.model_dir}"
+    if smoke.task.model == "smollm2":
+        return f"SmolLM2-135M-Instruct, built or reused at {smoke.model_dir}"
+    return "tiny Qwen3 + Qwen tokenizer"

@@ -27,6 +27,7 @@ from typing import Any
 
 from recipes.smoke import learn_data
 from recipes.smoke.commands import DataJob, Sizes, Task
+from recipes.smoke.sync_witness import SyncVerdict
 
 TARGET_GAIN = 0.15
 TARGET_RATIO = 1.5
@@ -76,6 +77,8 @@ LEARN_TASK = Task(
         "actor_rollout_ref.rollout.n=4",  # GRPO groups: a tool call and a guess in the same group
         "actor_rollout_ref.actor.optim.lr=3e-5",
         "actor_rollout_ref.actor.use_kl_loss=False",
+        # the rollout returns its tokens' log-probs: the weight sync's direct witness (recipes/smoke/sync_witness.py)
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
         # one micro-batch per rank (8 x 4 trajectories of ~180 tokens over 2 ranks): FSDP2 gathers the weights for
         # every micro-batch, and SmolLM2's logits are small (49,152 wide) next to the smoke's 151,936
         "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192",
@@ -142,8 +145,19 @@ class Verdict:
     line: str  # one line: what was measured against the target
 
 
-def judge(curve: list[ValPoint]) -> Verdict:
-    """The first validation against the last: both targets, on enough samples."""
+def judge(curve: list[ValPoint], witness: SyncVerdict | None = None) -> Verdict:
+    """The first validation against the last: both targets, on enough samples; and, given the weight sync's direct
+    witness (recipes/smoke/sync_witness.py), that the rollout received every update: accuracy alone rose by +0.14
+    on a rollout that kept the SFT weights (issue 51)."""
+    verdict = _judge_curve(curve)
+    if witness is None or witness.ok:
+        return verdict
+    if not verdict.ok:  # both failed: the witness names the step the sync broke at
+        return Verdict(False, f"{verdict.line}; {witness.line}")
+    return Verdict(False, f"{verdict.line.split(': learned')[0]}: did NOT learn ({witness.line})")
+
+
+def _judge_curve(curve: list[ValPoint]) -> Verdict:
     if len(curve) < 2 or curve[0].step != 0:
         steps = [point.step for point in curve]
         return Verdict(False, f"learn: need a validation before training and one after; got steps {steps}")
@@ -164,10 +178,13 @@ def judge(curve: list[ValPoint]) -> Verdict:
     return Verdict(False, f"learn: {text}: did NOT learn ({why})")
 
 
-def summary_fields(curve: list[ValPoint], verdict: Verdict) -> dict[str, Any]:
+def summary_fields(curve: list[ValPoint], verdict: Verdict, witness: SyncVerdict | None = None) -> dict[str, Any]:
     """The keys ``summary.json`` carries for a learning check."""
     before, after = (curve[0], curve[-1]) if curve else (None, None)
     return {
+        "weight_sync_ok": witness.ok if witness else None,
+        "weight_sync_verdict": witness.line if witness else None,
+        "weight_sync_gaps": {str(step): gap for step, gap in witness.gaps.items()} if witness else {},
         "learn_ok": verdict.ok,
         "learn_verdict": verdict.line,
         "learn_target": {"gain": TARGET_GAIN, "ratio": TARGET_RATIO, "min_val_samples": MIN_VAL_SAMPLES},

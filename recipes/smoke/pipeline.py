@@ -48,6 +48,7 @@ from recipes.smoke.progress import (
     SFT_STEP_TIME,
     Progress,
     median_step_seconds,
+    read_tail,
     step_metrics,
 )
 from recipes.smoke.report import REUSE_STAGE, RunFacts, Stage, render_table, summary, val_acc
@@ -250,13 +251,15 @@ class Smoke(SmokeCommands):
 
     def stage_learn(self, st: Stage) -> None:
         """The learning check's verdict on the validation curve (recipes.smoke.learn), after eval and plots exist."""
-        from recipes.smoke import learn
+        from recipes.smoke import learn, sync_witness
 
         curve = learn.read_curve(self.rl_dir / "val_generations")
-        verdict = learn.judge(curve)
-        st.details = learn.summary_fields(curve, verdict)
+        witness = sync_witness.judge(sync_witness.gaps(step_metrics(read_tail(self.logs / "rl.log"))))
+        verdict = learn.judge(curve, witness)
+        st.details = learn.summary_fields(curve, verdict, witness)
         st.metric = verdict.line.removeprefix("learn: ")
         print(learn.render_curve(curve), flush=True)
+        print(witness.line, flush=True)
         if not verdict.ok:
             raise StageError(verdict.line)
 

@@ -228,7 +228,8 @@ def test_failed_run_leaves_old_output_and_no_temp_files(tmp_path, monkeypatch) -
     out.write_text("previous good file")
     rows = jsonl_rows("aime_2025.jsonl")
     rows[1]["answer"] = ""
-    assert run_cli("val", "--input", str(write_jsonl(tmp_path / "bad.jsonl", rows)), "--output", str(out))[0] == 2
+    bad = str(write_jsonl(tmp_path / "bad.jsonl", rows))
+    assert run_cli("val", "--input", bad, "--output", str(out), "--force")[0] == 2  # --force: replace it (issue 52)
     assert out.read_text() == "previous good file"
 
     def broken_write(table, where, **kwargs):
@@ -237,7 +238,7 @@ def test_failed_run_leaves_old_output_and_no_temp_files(tmp_path, monkeypatch) -
 
     monkeypatch.setattr(pq, "write_table", broken_write)
     with pytest.raises(OSError, match="disk full"):
-        run_cli("val", "--input", str(FIXTURES / "aime_2025.jsonl"), "--output", str(out))
+        run_cli("val", "--input", str(FIXTURES / "aime_2025.jsonl"), "--output", str(out), "--force")
     assert out.read_text() == "previous good file"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "out.parquet"]
 

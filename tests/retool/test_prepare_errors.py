@@ -21,7 +21,7 @@ def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
 def test_output_directory_is_refused_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "out").mkdir()
     code, line = _run(capsys, "--input", str(tmp_path / "missing.parquet"), "--output", str(tmp_path / "out"))
-    assert code == 2 and "is a directory" in line  # before reading the (missing) input
+    assert code == 2 and "is a folder, not a file" in line  # before reading the (missing) input
 
 
 def test_truncated_parquet_names_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -40,7 +40,7 @@ def _summary(run: Run, outcome: str) -> dict:
     """What a learning check's summary.json holds after ``outcome``: learned | not | crash (the RL stage failed)."""
     first = [] if run.name != SHIPPED else [{"name": name, "status": "ok", "seconds": 1.0} for name in SFT_STAGES]
     first = first or [{"name": "reuse", "status": "ok", "seconds": 2.0}]
-    failed = {"learned": None, "not": "learn", "crash": "rl"}[outcome]
+    failed = {"learned": None, "not": "learn", "unseen": "learn", "crash": "rl"}[outcome]
     tail = [{"name": name, "status": "ok", "seconds": 400.0 if name == "rl" else 5.0} for name in TAIL]
     if failed:
         index = TAIL.index(failed)
@@ -54,6 +54,10 @@ def _summary(run: Run, outcome: str) -> dict:
         summary |= {"learn_ok": learned, "learn_verdict": verdict, "val_acc_before": 0.31}
         summary |= {"val_acc_after": 0.97 if learned else 0.30, "tool_call_rate_before": 0.33}
         summary |= {"tool_call_rate_after": 0.98 if learned else 0.30}
+        # the weight sync's witness (recipes/smoke/sync_witness.py) names step 2; "unseen": it missed the break
+        stale = run.name == "weight-sync" and outcome == "not"
+        summary |= {"weight_sync_gaps": {"1": 0.001, "2": 0.05 if stale else 0.0011}}
+        summary |= {"weight_sync_verdict": "weight sync: FAILED at step 2: ..." if stale else "weight sync: ... within"}
     return summary
 
 
@@ -180,11 +184,19 @@ def test_all_behaved_exits_0_with_the_table(tmp_path: Path, capsys: pytest.Captu
     assert rows[SHIPPED]["verdict"] == LEARNED and rows[SHIPPED]["rl_seconds"] == 400.0
     assert all(rows[name]["verdict"] == NOT_LEARNED and rows[name]["sabotage_lines"] == 2 for name in RUNS[1:])
     table = (out / "bench_learn.md").read_text()
-    assert "| shipped | nothing (as shipped) | 0.31 -> 0.97 | 33% -> 98% | learned | 0 | 400 | yes |" in table
-    assert "| weight-sync | weight sync skipped" in table and "0.31 -> 0.30 | 33% -> 30% | did NOT learn | 2 |" in table
+    assert (
+        "| shipped | nothing (as shipped) | 0.31 -> 0.97 | 33% -> 98% | 1.00e-03 1.10e-03 | learned | 0 | 400 | yes |"
+        in table
+    )
+    assert "| weight-sync | weight sync skipped" in table
+    assert "0.31 -> 0.30 | 33% -> 30% | 1.00e-03 **5.00e-02** | did NOT learn | 2 |" in table
+    assert rows["weight-sync"]["sync_failed_step"] == 2 and rows[SHIPPED]["sync_failed_step"] is None
     assert "every run behaved" in table
     printed = capsys.readouterr().out
-    assert "| run | what was broken | val acc | tool calls | verdict |" in printed and "every run reported" in printed
+    assert (
+        "| run | what was broken | val acc | tool calls | sync gap by step | verdict |" in printed
+        and "every run reported" in printed
+    )
 
 
 def _fails(tmp_path: Path, capsys: pytest.CaptureFixture[str], outcomes: dict, *args: str) -> tuple[str, list, Path]:
@@ -293,3 +305,11 @@ def test_the_task_names_agree() -> None:
     from recipes.smoke.learn import LEARN_TASK
 
     assert (LEARN_TASK.name, SMOKE_TASK.name) == (bench_learn.TASK, "smoke")  # cli.check-args uses the same literals
+
+
+def test_a_weight_sync_break_the_witness_missed_fails_the_bench(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 51: accuracy alone is a weak witness of the sync; the weight-sync sabotage must be named at step 2."""
+    err, _, _ = _fails(tmp_path, capsys, {**BEHAVED, "weight-sync": ("unseen", 2)})
+    assert "weight-sync: the weight sync's witness named none, not step 2" in err, err

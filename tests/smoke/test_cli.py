@@ -172,7 +172,8 @@ def test_the_main_job_is_the_learning_check(tmp_path: Path) -> None:
         (["--learn", "--fast"], "--learn and --fast exclude each other"),
         (["--fast", "--tiny"], "--fast and --tiny exclude each other"),
         (["--fast", "--model", "."], "--model is the learning check's model"),
-        (["--model", "/nonexistent"], "no config.json there"),
+        (["--model", "/nonexistent"], "--model /nonexistent: no such folder"),  # issue 52: as the parser reads it
+        (["--model", str(REPO_ROOT / "recipes")], "no config.json there"),
     ],
 )
 def test_run_modes_refuse_contradictions(tmp_path: Path, words: list[str], message: str) -> None:

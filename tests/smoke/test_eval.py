@@ -184,12 +184,12 @@ def test_eval_step_selection_and_unmatched_sources(dump: dict[str, Path], tmp_pa
     assert main([str(dump["folder"]), "--step", "0", "--markdown", str(markdown)]) == 0
     tool_table = markdown.read_text().split("## Tool use")[1].split("## Per problem")[0]
     assert [line.split("|")[1].strip() for line in tool_table.splitlines() if line.startswith("| all")] == ["all"]
-    assert main([str(dump["folder"]), "--all-steps", "--json", str(out), "--quiet", "--k", "1,3"]) == 0
+    assert main([str(dump["folder"]), "--all-steps", "--json", str(out), "--quiet", "--k", "1,3", "--force"]) == 0
     report = json.loads(out.read_text())
     assert report["steps"] == [0, 3] and report["samples"] == 24
     assert report["ks"]["all"] == [1, 3]
     # with --data only for arith, P3's samples stay unmatched
-    assert main([str(dump["folder"]), "--data", str(dump["arith"]), "--json", str(out), "--quiet"]) == 0
+    assert main([str(dump["folder"]), "--data", str(dump["arith"]), "--json", str(out), "--quiet", "--force"]) == 0
     report = json.loads(out.read_text())
     assert report["unmatched"] == 4 and set(report["sources"]) == {"arith", "all"}
     assert main([str(dump["folder"]), "--step", "7", "--quiet"]) == 2

@@ -79,3 +79,26 @@ def test_verdict_refuses_too_few_samples_or_no_baseline(tmp_path: Path) -> None:
     assert "at least 64" in learn.judge(learn.read_curve(tmp_path)).line
     (tmp_path / "0.jsonl").unlink()
     assert "before training" in learn.judge(learn.read_curve(tmp_path)).line
+
+
+def test_a_curve_that_learned_on_a_stale_rollout_did_not_learn(tmp_path: Path) -> None:
+    """Issue 51: accuracy rose on a rollout that kept the SFT weights; the weight sync's witness fails the verdict."""
+    from recipes.smoke import sync_witness
+
+    n = 100
+    _dump(tmp_path, 0, [i < 20 for i in range(n)], [i < 25 for i in range(n)])
+    _dump(tmp_path, 4, [i < 60 for i in range(n)], [i < 80 for i in range(n)])
+    curve = learn.read_curve(tmp_path)
+    stale = sync_witness.judge({1: 0.001, 2: 0.05, 3: 0.08, 4: 0.1})
+    verdict = learn.judge(curve, stale)
+    assert not verdict.ok and "\n" not in verdict.line
+    assert "did NOT learn (weight sync: FAILED at step 2:" in verdict.line, verdict.line
+    assert learn.judge(curve, sync_witness.judge({1: 0.001, 2: 0.001})).ok
+    flat = tmp_path / "flat"  # accuracy did not rise either: the verdict still names the step the sync broke at
+    flat.mkdir()
+    _dump(flat, 0, [i < 20 for i in range(n)], [i < 25 for i in range(n)])
+    _dump(flat, 4, [i < 20 for i in range(n)], [i < 25 for i in range(n)])
+    both = learn.judge(learn.read_curve(flat), stale)
+    assert not both.ok and "did NOT learn (acc target" in both.line and "weight sync: FAILED at step 2:" in both.line
+    fields = learn.summary_fields(curve, verdict, stale)
+    assert fields["weight_sync_ok"] is False and fields["weight_sync_gaps"]["2"] == 0.05

@@ -64,6 +64,16 @@ def test_the_main_job_learns(learned: dict) -> None:
     assert tools_after > tools_before, (tools_before, tools_after)
 
 
+def test_the_rollout_received_every_update(learned: dict) -> None:
+    """Issue 51: the weight sync's direct witness (recipes/smoke/sync_witness.py) read every RL step's rollout/trainer
+    probability gap, judged it, and the plots show it."""
+    summary = learned["summary"]
+    gaps = summary["weight_sync_gaps"]
+    assert sorted(map(int, gaps)) == list(range(1, LEARN.rl_steps + 1)), summary["weight_sync_verdict"]
+    assert summary["weight_sync_ok"] is True, summary["weight_sync_verdict"]
+    assert (learned["out"] / "plots" / "weight_sync.png").stat().st_size > 5000
+
+
 def test_the_curve_is_judged_on_64_held_out_samples(learned: dict) -> None:
     summary = learned["summary"]
     curve = summary["learning_curve"]

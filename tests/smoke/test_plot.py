@@ -33,6 +33,7 @@ def _write_run(logdir: Path, scale: float = 1.0) -> None:
         writer.add_scalar("num_turns/mean", 3.0 + step / 4, step)
         writer.add_scalar("actor/entropy", 2.0 - 0.1 * step, step)
         writer.add_scalar("timing_s/step", 20.0 - step, step)
+        writer.add_scalar("training/rollout_probs_diff_mean", 0.001 * step, step)
     writer.close()
 
 
@@ -62,7 +63,17 @@ def test_plots_from_a_synthetic_run(tmp_path: Path) -> None:
 
     out = tmp_path / "plots"
     assert main([str(logdir), "--out", str(out)]) == 0
-    expected = {"val_acc", "reward", "response_length", "turns", "tool_use", "entropy", "step_time", "overview"}
+    expected = {
+        "val_acc",
+        "reward",
+        "response_length",
+        "turns",
+        "tool_use",
+        "entropy",
+        "weight_sync",
+        "step_time",
+        "overview",
+    }
     assert {p.stem for p in out.glob("*.png")} == expected  # sft_loss has no data: skipped, not an empty figure
     for png in out.glob("*.png"):
         width, height = _png_size(png)

@@ -50,6 +50,9 @@ class Sabotage:
     # (setting, value) of the custom reward function, placed at the stack's reward key (VerlFacts.reward_override)
     reward_settings: tuple[tuple[str, str], ...] = ()
     evidence: str = ""
+    # the RL step at which the weight sync's witness (recipes/smoke/sync_witness.py) must name the break; None: no
+    # break of the weight sync
+    sync_breaks_at: int | None = None
 
     def rl_overrides(self, stack: Stack) -> list[str]:
         """The RL overrides that switch it on, spelt for ``stack``'s verl (the reward's key differs)."""
@@ -75,6 +78,7 @@ WEIGHT_SYNC = Sabotage(
     "weight sync skipped after the first (vLLM keeps sampling the SFT model)",
     env={SYNC_SWITCH: SYNC_FIRST_ONLY},
     evidence="weight sync",
+    sync_breaks_at=2,  # step 1's update is the first one skipped: step 2 samples from the SFT weights
 )
 REWARD_SIGN = Sabotage(
     "reward-sign",
