@@ -67,7 +67,7 @@ CPU_RL_RANKS_KEY = "trainer.n_gpus_per_node"
 #: verl 0.9.1 scores rewards in ``reward.num_workers`` RewardLoopWorker actors, 8 by default
 #: (verl/trainer/config/reward/reward.yaml:5), each a Python process with verl and the reward's imports: 0.74 GB
 #: apiece (PSS; 1.07 GB RSS), 5.9 GB for the 8 (measured in the 0.9.1 two-container run, docs/images.md), which
-#: pushed that run past Ray's memory threshold before its first step; with two the same run peaked at 21.9 GB of 24.
+#: pushed that run past Ray's memory threshold before its first step; with two the same run peaked at 21.9 GB of 23.5.
 #: A CPU run's rule-based reward needs two; 0.6.1 scores in the trainer's own process.
 REWARD_WORKERS_KEY = "reward.num_workers"
 CPU_REWARD_WORKERS = 2
