@@ -59,6 +59,8 @@ TCMALLOC_CANDIDATES: tuple[str, ...] = (
     "/usr/lib64/libtcmalloc_minimal.so.4",
     "/usr/lib/libtcmalloc_minimal.so.4",
 )
+#: The threads of each rank process (OpenMP, and so torch's intra-op pool).
+THREADS_ENV = "OMP_NUM_THREADS"
 #: Set to 0 to keep glibc's allocator in the CPU runs (to compare, or if tcmalloc misbehaves somewhere).
 TCMALLOC_SWITCH = "KIT_CPU_TCMALLOC"
 
@@ -85,7 +87,7 @@ ENV_TABLE: EnvTable = (
     (
         BOTH,
         EnvVar(
-            "OMP_NUM_THREADS",
+            THREADS_ENV,
             "1",
             "one thread per rank process, torchrun's own default for nproc_per_node > 1 (torch/distributed/"
             "run.py:772-784, torch 2.8); set here for the Ray workers too, which get no such default",
@@ -190,12 +192,30 @@ class CpuPlatform(Platform):
         environ = os.environ if environ is None else environ
         rl = [self.kv_cache_space(environ)] if phase == "rl" else []
         return (
-            select(self.env_table, phase)
+            [
+                self.rl_threads(stack) if phase == "rl" and e.name == THREADS_ENV else e
+                for e in select(self.env_table, phase)
+            ]
             + rl
             + self.stack_env(stack)
             + [self.external_modules(phase, stack, environ)]
             + self.allocator(environ)
         )
+
+    @staticmethod
+    def rl_threads(stack: Stack) -> EnvVar:
+        """OMP_NUM_THREADS for RL: the table's one per process, or, on a stack that trains RL on fewer ranks than
+        this machine's cores, the cores over those ranks (verl_selectors.rl_threads)."""
+        entry = dict((e.name, e) for _, e in ENV_TABLE)[THREADS_ENV]
+        threads = verl_selectors.rl_threads(stack.verl.has_platform_registry, len(os.sched_getaffinity(0)))
+        if threads is None:
+            return entry
+        reason = (
+            f"kit: stack {stack.name}'s verl trains RL on {verl_selectors.CPU_RL_RANKS} rank(s) per node on CPU "
+            f"(platforms/verl_selectors.py): this machine's {threads} core(s) per rank; one thread left a core idle "
+            "in the update (85 s of a 128 s learning-check step on 2 cores, issue 51)"
+        )
+        return EnvVar(THREADS_ENV, str(threads), reason)
 
     @staticmethod
     def stack_env(stack: Stack) -> list[EnvVar]:

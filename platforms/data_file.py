@@ -147,10 +147,13 @@ def _sft_row_problem(row: dict[str, Any], messages_key: str) -> str | None:
     return None
 
 
-def phase_problems(found: DataFile, phase: str, messages_key: str = "messages") -> list[str]:
+def phase_problems(
+    found: DataFile, phase: str, messages_key: str = "messages", messages_setting: str = "the SFT config's messages_key"
+) -> list[str]:
     """Why the dataset class of ``phase`` cannot read ``found`` (phrases after "data FILE ..."): verl's multi-turn
-    SFT dataset needs the ``data.multiturn.messages_key`` column in a parquet file; the kit's ``ReToolRLDataset``
-    takes the :data:`RL_FORMATS` only (row-level checks are the dataset's own converter's, run by the launcher)."""
+    SFT dataset needs the ``messages_key`` column in a parquet file, a column its config names at the stack's key
+    (``messages_setting``: ``VerlFacts.sft_key("messages_key")``); the kit's ``ReToolRLDataset`` takes the
+    :data:`RL_FORMATS` only (row-level checks are the dataset's own converter's, run by the launcher)."""
     if found.problems or not found.fmt:
         return list(found.problems)
     if phase == "sft":
@@ -158,7 +161,7 @@ def phase_problems(found: DataFile, phase: str, messages_key: str = "messages") 
             return ["is not a parquet file: verl's SFT dataset reads parquet only (retool-prepare sft writes one)"]
         if messages_key not in found.columns:
             return [
-                f"has no {messages_key!r} column (data.multiturn.messages_key), which verl's SFT dataset reads: it "
+                f"has no {messages_key!r} column ({messages_setting}), which verl's SFT dataset reads: it "
                 f"holds {describe(found)}, columns {sorted(found.columns)}"
             ]
         for index, row in enumerate(found.rows):

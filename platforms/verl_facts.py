@@ -1,10 +1,11 @@
 """What differs between the verl releases the kit's stacks are built on: where each reads what the kit sets.
 
 One :class:`VerlFacts` per verl release, held by its stack (:mod:`platforms.stacks`): the reward function's key, the
-SFT trainer's module, config and key names, the API of ``need_reference_policy``, where the tool registry lives, and
-whether verl picks its device from a platform registry, and the checkpoint layout its trainers write
-(:class:`CheckpointLayout`). Code that needs one of these asks the stack it was handed (``plan.stack.verl``); nothing
-else branches on a verl version or a stack's name.
+SFT trainer's module, config and key names, the API of ``need_reference_policy``, where the tool registry lives,
+whether verl picks its device from a platform registry, the checkpoint layout its trainers write
+(:class:`CheckpointLayout`), the bugs of its own the kit's checks guard against (:class:`VerlBug`) and the keys it
+keeps or accepts but never reads (``legacy_keys``). Code that needs one of these asks the stack it was handed
+(``plan.stack.verl``); nothing else branches on a verl version or a stack's name.
 """
 
 from __future__ import annotations
@@ -134,6 +135,23 @@ class CheckpointLayout:
 
 
 @dataclass(frozen=True)
+class VerlBug:
+    """A bug of one verl release that a kit check refuses a setting for: the check applies to the stacks whose verl
+    has it (:attr:`VerlFacts.bugs`), so a fixed release is not refused a setting by another release's bug."""
+
+    where: str  # the verl lines that have it, as the refusal cites them
+    upstream: str  # the verl issue and its fix
+
+
+#: :attr:`VerlFacts.bugs` keys. With ``rollout.free_cache_engine=False`` the agent loop never wakes the rollout, and
+#: waking it is what syncs the actor's weights: every step samples from the initial model.
+WEIGHTS_UNSYNCED_WITHOUT_FREE_CACHE = "weights_unsynced_without_free_cache_engine"
+#: The fused log-prob kernels roll the labels on each Ulysses SP shard: the last token of every shard is scored against
+#: the wrong label.
+FUSED_SP_LABELS = "fused_kernels_roll_labels_per_sp_shard"
+
+
+@dataclass(frozen=True)
 class VerlFacts:
     """What the kit must do differently on this verl: the keys and entry points its recipes name."""
 
@@ -154,8 +172,16 @@ class VerlFacts:
     #: servers): the launcher's Ray CPU count (recipes/launch/sizing/ray_cpus.py) and the two-node test's head slots
     #: (docker/two_node.py) add it. A plain ``@ray.remote`` actor holds none once running.
     task_runner_cpus: int
+    #: What makes a rollout server actor admit ``max(1000, max_num_seqs + 16)`` generate calls at once, as the dry
+    #: run's "in flight" row credits it (the kit's patch, or verl's own line).
+    server_admits_by: str
     # the kit's SFT key names (SFT_ROLES) -> this verl's key, as an override spells it ('+'/'++': not in verl's yaml)
     sft_keys: Mapping[str, str] = field(default_factory=dict, compare=False)
+    #: This verl's bugs that a kit check guards against (keys: WEIGHTS_UNSYNCED_WITHOUT_FREE_CACHE, FUSED_SP_LABELS).
+    bugs: Mapping[str, VerlBug] = field(default_factory=dict, compare=False)
+    #: phase ("rl", "sft") -> {a key this verl never reads (with everything under it): the key it reads instead, "" for
+    #: none}: legacy config it keeps for another entry point, or another release's key that '+' would add unread.
+    legacy_keys: Mapping[str, Mapping[str, str]] = field(default_factory=dict, compare=False)
 
     def checkpoint(self, phase: str) -> CheckpointLayout:
         """The checkpoint layout of this verl's ``phase`` trainer ("rl" or "sft")."""
@@ -168,6 +194,20 @@ class VerlFacts:
     def sft_override(self, role: str, value: object) -> str:
         """``<key>=<value>`` setting ``role`` on this verl (the key's '+' prefix kept where verl's yaml lacks it)."""
         return f"{self.sft_keys[role]}={value}"
+
+    def legacy_replacement(self, phase: str, key: str) -> str | None:
+        """The key this verl reads for ``key``, a legacy key of ``phase`` (or under one): "" when it has none; None
+        when ``key`` is not legacy. The most specific row wins; a key under a row that moves a node of the same name
+        (``sandbox_fusion`` -> ``reward.sandbox_fusion``) keeps its tail, under any other row it has no counterpart."""
+        table = self.legacy_keys.get(phase, {})
+        rows = [old for old in table if key == old or key.startswith(f"{old}.")]
+        if not rows:
+            return None
+        old = max(rows, key=len)
+        new, tail = table[old], key[len(old) :]
+        if tail and new.rpartition(".")[2] != old.rpartition(".")[2]:
+            return ""
+        return new and new + tail
 
     def reward_override(self, setting: str, value: object) -> str:
         """``<reward key>.<setting>=<value>``: a setting of the custom reward function (``path``, ``name``,
@@ -232,6 +272,37 @@ _SFT_KEYS_091 = {
 }
 
 
+#: The legacy keys (:attr:`VerlFacts.legacy_keys`) of verl 0.9.1's PPO trainer: verl/trainer/config/
+#: legacy_reward_impl.yaml, which ppo_trainer.yaml:33-34 keeps "for backward compatibility", where verl's own
+#: migrate_legacy_reward_impl (verl/experimental/reward_loop/reward_loop.py:39-90) moves them. Only the fully async
+#: entry calls it (verl/experimental/fully_async_policy/fully_async_main.py:237); main_ppo never does, so there they
+#: are read by nothing. custom_reward_function is VerlFacts.ignored_reward_key's rule (recipes/launch/planning/
+#: reward_key.py). tests/stack091/test_stack_rules_091.py holds the table to the migration.
+_LEGACY_RL_091 = {
+    "reward_model": "reward.reward_model",  # :62-66 (enable, enable_resource_pool, n_gpus_per_node, nnodes)
+    "reward_model.num_workers": "reward.num_workers",  # :44-46
+    "reward_model.reward_manager": "reward.reward_manager.name",  # :49-51
+    "reward_model.reward_loop_source": "reward.reward_manager.source",  # :52-53
+    "reward_model.reward_loop_module_path": "reward.reward_manager.module.path",  # :54
+    "reward_model.reward_loop_class_name": "reward.reward_manager.module.name",  # :55
+    "reward_model.model": "",  # :67-68 moves model.path only: external_lib and trust_remote_code have no counterpart
+    "reward_model.model.path": "reward.reward_model.model_path",  # :67-68
+    "reward_model.reward_kwargs": "reward.reward_kwargs",  # :69-72 (read by reward_manager/dapo.py:33-35)
+    "reward_model.rollout": "reward.reward_model.rollout",  # :73-77
+    "sandbox_fusion": "reward.sandbox_fusion",  # :79-82 (read at verl/trainer/ppo/reward.py:135)
+}
+#: The legacy keys of verl 0.9.1's SFT trainer: verl 0.6.1's SFT keys, which sft_trainer_engine.yaml does not have, so
+#: only '+' adds them, and nothing reads them: each role's 0.6.1 key -> its 0.9.1 key (the two tables above), and the
+#: multi-turn switch, which 0.9.1 has none of: its SFT trainer always builds MultiTurnSFTDataset unless data.custom_cls
+#: names another class (verl/trainer/sft_trainer.py:469-479), reading the columns at data.messages_key/tools_key.
+_LEGACY_SFT_091 = {
+    **{old: _SFT_KEYS_091[role].lstrip("+") for role, old in _SFT_KEYS_061.items() if _SFT_KEYS_091[role] != old},
+    "data.multiturn": "data.messages_key",
+    "data.multiturn.enable": "data.messages_key",
+    "data.multiturn.enable_thinking_key": "data.enable_thinking_key",  # kit: verl 0.9.1 sft_trainer_engine.yaml:28
+}
+
+
 # verl 0.6.1: main_ppo reads the top-level key (verl/trainer/ppo/reward.py:get_custom_reward_fn, config.get(
 # "custom_reward_function")); SFT is fsdp_sft_trainer; need_reference_policy(role_worker_mapping)
 # (verl/trainer/ppo/utils.py); the tool registry is verl/tools/utils/tool_registry.py; no platform registry (only
@@ -252,7 +323,17 @@ VERL_061 = VerlFacts(
     sft_checkpoint=CheckpointLayout(role="", loader_state="data.pt"),
     # kit: verl 0.6.1 verl/trainer/main_ppo.py:77, ray.remote(num_cpus=1)(TaskRunner)
     task_runner_cpus=1,
+    # patches/0028 (verl PR #5402): RolloutReplica.max_concurrency; unpatched 0.6.1 admits Ray's 1000
+    server_admits_by="patch 0028",
     sft_keys=_SFT_KEYS_061,
+    bugs={
+        WEIGHTS_UNSYNCED_WITHOUT_FREE_CACHE: VerlBug(
+            "verl/experimental/agent_loop/agent_loop.py:759-762", "verl issue #4147, fixed upstream by PR #4248"
+        ),
+        # verl/models/transformers/dense_common.py:109-112 rolls input_ids on the local shard; dp_actor.py:175-190
+        # passes no labels to the fused forward
+        FUSED_SP_LABELS: VerlBug("verl/models/transformers/dense_common.py:109-112", "verl #3512/#6068"),
+    },
 )
 # verl 0.9.1: only reward.custom_reward_function (verl/trainer/ppo/reward.py:70; the migration was removed in verl
 # #6710, #7331 closed unmerged); SFT is the engine-based sft_trainer with sft_trainer_engine.yaml (fsdp_sft_trainer
@@ -276,5 +357,15 @@ VERL_091 = VerlFacts(
     # kit: verl 0.9.1 verl/trainer/main_ppo.py:102, a plain @ray.remote TaskRunnerV1 (trainer.use_v1, :183-184): on
     # two containers with 3 + 2 Ray CPUs Ray put both trainer ranks and both vLLM servers on the head (docs/images.md)
     task_runner_cpus=0,
+    # kit: verl 0.9.1 verl/workers/rollout/replica.py:257-260 (upstream, verl PR #5402)
+    server_admits_by="verl's RolloutReplica.max_concurrency",
     sft_keys=_SFT_KEYS_091,
+    # Neither of 0.6.1's bugs. The V1 sync trainer updates the weights after every step
+    # (verl/trainer/ppo/v1/trainer_sync.py:35-38) and the colocated (naive) sync pushes them whatever
+    # free_cache_engine says (verl/workers/engine_workers.py:804-806; only the wake-ups at :781-782, :818-823 depend on
+    # it). The FSDP engine rolls the labels over the whole sequence before the SP split and hands them to the fused
+    # forward (verl/workers/engine/fsdp/transformer_impl.py:1204, :1237-1241, :1318-1328), which uses them as they are
+    # (verl/models/transformers/dense_common.py:110-114).
+    bugs={},
+    legacy_keys={"rl": _LEGACY_RL_091, "sft": _LEGACY_SFT_091},
 )

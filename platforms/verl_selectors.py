@@ -62,6 +62,15 @@ TRANSFER_QUEUE_UNITS_KEY = "transfer_queue.backend.SimpleStorage.num_data_storag
 #: test_cpu_runtime_091.py's docstring has the runs; tests/stack091/test_main_job_091.py runs RL so). A user with the
 #: memory sets ``trainer.n_gpus_per_node=2`` back.
 CPU_RL_RANKS_KEY = "trainer.n_gpus_per_node"
+CPU_RL_RANKS = 1
+
+
+def rl_threads(registry: bool, cores: int) -> int | None:
+    """The OpenMP/torch threads of each RL process on a verl with the platform registry: the node's cores over its
+    :data:`CPU_RL_RANKS` trainer rank(s), where the table's one per process (platforms/cpu.py) is for two ranks on two
+    cores. With one thread the lone rank left a core idle: update_actor took 85 s of a 128 s step on 2 cores, two
+    ranks' 44 s on 0.6.1 (the learning check, issue 51). None on a verl without the registry (the table's 1 stays)."""
+    return max(1, cores // CPU_RL_RANKS) if registry else None
 
 
 #: verl 0.9.1 scores rewards in ``reward.num_workers`` RewardLoopWorker actors, 8 by default
@@ -77,7 +86,11 @@ def rl_overrides(registry: bool) -> list[str]:
     """The RL overrides a CPU run needs on a verl with the platform registry beyond the reference's (none there)."""
     if not registry:
         return []
-    return [f"{TRANSFER_QUEUE_UNITS_KEY}=1", f"{CPU_RL_RANKS_KEY}=1", f"{REWARD_WORKERS_KEY}={CPU_REWARD_WORKERS}"]
+    return [
+        f"{TRANSFER_QUEUE_UNITS_KEY}=1",
+        f"{CPU_RL_RANKS_KEY}={CPU_RL_RANKS}",
+        f"{REWARD_WORKERS_KEY}={CPU_REWARD_WORKERS}",
+    ]
 
 
 def external_modules(registry: bool) -> list[str]:

@@ -190,17 +190,22 @@ def _config(workdir: Path, chat_kwargs: dict[str, Any], replies: list[str] | Non
 
 
 def run_tool_agent_loop(
-    tok: Any, turns: list[str], chat_kwargs: dict[str, Any] | None = None, replies: list[str] | None = None
+    tok: Any,
+    turns: list[str],
+    chat_kwargs: dict[str, Any] | None = None,
+    replies: list[str] | None = None,
+    base: type | None = None,
 ) -> Rollout:
     """``ToolAgentLoop.run`` (a fresh subclass: its own class-level state) on :data:`QUESTION`.
 
     ``turns`` are the assistant texts the stand-in model generates, each ending at the close token. With ``replies``
-    the loop runs the interaction path (a scripted user answers each turn) instead of the tool.
+    the loop runs the interaction path (a scripted user answers each turn) instead of the tool. ``base``: a subclass
+    of verl's loop to run instead (the kit's, recipes/retool/agent_loop.py).
     """
     from verl.experimental.agent_loop.agent_loop import _DummyConfig
     from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
 
-    loop_cls = type("ScriptedToolAgentLoop", (ToolAgentLoop,), {"_class_initialized": False})
+    loop_cls = type("ScriptedToolAgentLoop", (base or ToolAgentLoop,), {"_class_initialized": False})
     server = ScriptedServer([generated_ids(tok, text) for text in turns])
     messages = [{"role": "user", "content": QUESTION}]
     extra = {"extra_info": {"interaction_kwargs": {"name": "user"}}} if replies is not None else {}

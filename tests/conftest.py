@@ -43,8 +43,9 @@ def kit_verl_without(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str]
 #: (tests/smoke/test_smoke_run.py) and the learning run 18.6 min.
 OPT_IN_MARKERS = {
     "fast_smoke": (
-        "the --fast pipeline check (~6 min) runs with `bash scripts/test.sh -m fast_smoke`; the default run checks the "
-        "same stages on the main job (test_learning_run.py) and stays within CI's 60 minutes"
+        "the --fast pipeline check (~6 min) runs with `bash scripts/test.sh -m fast_smoke` (`--stack 0.9.1` first for "
+        "the current stack's); the default run checks the same stages on each stack's main job (test_learning_run.py, "
+        "tests/stack091/test_main_job_091.py)"
     ),
     # The end-to-end runs of a resume on verl less its resume patch (0024, 0025): they showed once, and show again
     # when asked, that the patched end-to-end checks beside them fail without the patch. The default run keeps each
@@ -63,15 +64,8 @@ OPT_IN_MARKERS = {
     # with vLLM's prefix caching on (its ~90-token prompts fill no 128-token block), so only that run guards it.
     "covered_e2e": (
         "an end-to-end run whose capability the main job's run proves too (~3-5 min) runs with "
-        "`bash scripts/test.sh -m covered_e2e`; the default run checks it on the main job (test_learning_run.py)"
-    ),
-    # Issue 43: the learning check on the current stack took 14.8 min on 2 cores (docs/measurements/learn_091.yaml);
-    # CI with the reference's suite and the current stack's --fast run took 48.4 min (docs/measurements/ci.yaml): with
-    # it, about 63, past CI's 60 minutes. Its pipeline check (--fast) runs in CI's phase 3.
-    "learn_091": (
-        "the learning check on stack 0.9.1 (~15 min) runs with "
-        "`bash scripts/test.sh --stack 0.9.1 tests/stack091 -m learn_091` (or `bash scripts/smoke.sh --stack 0.9.1`); "
-        "CI runs that stack's --fast pipeline check"
+        "`bash scripts/test.sh -m covered_e2e` (`--stack 0.9.1` first for the current stack's); the default run "
+        "checks it on the stack's main job (test_learning_run.py, tests/stack091/test_main_job_091.py)"
     ),
 }
 

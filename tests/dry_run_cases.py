@@ -16,10 +16,12 @@ import argparse
 import contextlib
 import io
 import os
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kit_testing import LAUNCH_VARS
 
@@ -144,6 +146,17 @@ def _model(path: Path) -> Path:
 def normalise(text: str, tmp: Path) -> str:
     """The output less what differs between machines: the temporary folder, the kit's root, the interpreter."""
     return text.replace(str(tmp), "<TMP>").replace(sys.executable, "<PYTHON>").replace(str(REPO_ROOT), "<KIT>")
+
+
+#: "patch 0028", "patches 0017/0025", "patches/0.9.1/0006": a patch of a series named in what a user reads.
+_PATCH_NUMBER = re.compile(r"\bpatch(?:es)?[ /](?:0\.9\.1/)?(\d{4})\b")
+
+
+def foreign_patches(text: str, stack: Any) -> list[str]:
+    """The patch numbers ``text`` credits that ``stack``'s series (``Stack.patch_dir``) lacks: a message of another
+    stack (issue 52 row 5: 0.9.1's dry run credited the reference's patch 0028)."""
+    series = {path.name[:4] for path in stack.patch_dir.glob("*.patch")}
+    return sorted({number for number in _PATCH_NUMBER.findall(text) if number not in series})
 
 
 def run_case(case: Case, tmp: Path) -> tuple[int, str]:

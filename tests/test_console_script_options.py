@@ -329,7 +329,11 @@ def test_row6_doctor_sft_data_by_the_dry_runs_rule(tmp_path: Path, capsys: pytes
     from platforms.doctor.cli import main
 
     rl = _rl_parquet(tmp_path / "rl.parquet")
-    dry_run = data_file.phase_problems(data_file.inspect(rl), "sft")  # recipes/launch/run_inputs/validate_data.py
+    from kit_testing import interpreter_stack
+
+    key = interpreter_stack().verl.sft_key("messages_key")  # the stack's key, named as the dry run names it
+    dry_run = data_file.phase_problems(data_file.inspect(rl), "sft", "messages", key)  # run_inputs/validate_data.py
+    assert key in dry_run[0], dry_run
     assert dry_run
     assert main(["--phase", "sft", "--data", str(rl), "--only", "paths", "--json"]) == 1
     report = json.loads(capsys.readouterr().out)

@@ -300,6 +300,22 @@ def test_rl_overrides_cpu_on_the_current_stack_bound_its_memory() -> None:
     assert len({o.split("=", 1)[0] for o in current}) == len(current), "duplicate Hydra keys"
 
 
+def test_rl_threads_fill_the_cores_of_the_current_stacks_one_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 51: on 0.9.1 one trainer rank trains RL on CPU, so each RL process gets the machine's cores (with one
+    thread its update took 85 s of a 128 s step on 2 cores); the reference's two ranks keep one each, and SFT (two
+    torchrun ranks on both stacks) too."""
+    from platforms.stacks import STACKS
+
+    def threads(phase: str, stack: str) -> str:
+        (entry,) = [e for e in plat.CPU.env(phase, STACKS[stack], environ={}) if e.name == "OMP_NUM_THREADS"]
+        return entry.value
+
+    for cores in (2, 16):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, cores=cores: set(range(cores)))
+        assert threads("rl", "0.9.1") == str(cores)
+        assert (threads("rl", "0.6.1"), threads("sft", "0.9.1"), threads("sft", "0.6.1")) == ("1", "1", "1")
+
+
 def test_sft_overrides_cpu_use_sft_keys() -> None:
     overrides = plat.CPU.verl_overrides("sft", REFERENCE)
     assert overrides == [

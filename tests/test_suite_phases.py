@@ -149,9 +149,18 @@ def test_the_default_run_prints_each_phases_wall_time_and_keeps_the_worse_exit(t
             "after the venv",
             "after phase 1",
             "after phase 2",
+            "before the venv",  # the other stack's venv build, beside phase 1: its log, shown in phase 3
             "before the venv",  # phase 3's own test.sh, for the other stack
             "after phase 3",
         ], proc.stdout
+        # issue 51: the other stack's venv builds beside phase 1, and phase 3 runs its tests after the build's log
+        out = proc.stdout
+        assert (
+            out.index("stack 0.9.1's venv: building beside phase 1")
+            < out.index("phase 1 of 3")
+            < out.index("== .venv-0.9.1 ready")
+            < out.index("fake pytest (0.9.1)")
+        ), out
         line = proc.stdout.strip().splitlines()[-1]
         assert re.fullmatch(
             rf"== test\.sh wall time: venv \d+ s, phase 1 \d+ s \(exit {rc_quick}\), phase 2 \d+ s \(exit "

@@ -254,13 +254,16 @@ def _cut_parquet(path: Path) -> bool:
         return head != b"PAR1" or handle.read(4) != b"PAR1"
 
 
-def _data_file_result(check: str, path: Path, prepare: str, phase: str = "rl") -> Result:
+def _data_file_result(
+    check: str, path: Path, prepare: str, phase: str = "rl", messages: tuple[str, str] = ("messages", "messages_key")
+) -> Result:
     """One data file by the dry run's own rule for ``phase`` (:func:`platforms.data_file.phase_problems`, which
     recipes/launch/run_inputs/validate_data.py:21 calls too): readable, columns of a known schema, rows, and the
     columns ``phase``'s dataset class reads. Issue 52 row 6: an RL parquet was "OK ... for an RL recipe" under
-    ``--phase sft``, while the SFT dry run refused the same file."""
+    ``--phase sft``, while the SFT dry run refused the same file. ``messages``: the recipes' column and the stack's
+    key that names it (``VerlFacts.sft_key``), as the dry run names them."""
     found = data_file.inspect(path)
-    problems = data_file.phase_problems(found, phase)
+    problems = data_file.phase_problems(found, phase, *messages)
     if problems:
         return fail(check, f"data {path} " + "; ".join(problems), prepare)
     rows = f"{found.num_rows:,} rows, " if found.num_rows is not None else ""
@@ -298,7 +301,8 @@ def check_paths(ctx: Context) -> list[Result]:
             what = f"data {path}: {', '.join(f.name for f in damaged[:3])} is not a whole parquet file (no PAR1 ends)"
             results.append(fail(check, what, prepare))
         elif path.is_file() and path.stat().st_size > 0:
-            results.append(_data_file_result(check, path, prepare, ctx.opts.phase))
+            messages = ("messages", ctx.stack.verl.sft_key("messages_key"))  # the recipes' sft.messages_key
+            results.append(_data_file_result(check, path, prepare, ctx.opts.phase, messages))
         elif path.is_dir() and any(path.glob("*.parquet")):
             results.append(ok(check, f"data dir {path} ({len(list(path.glob('*.parquet')))} parquet files)"))
         else:

@@ -30,6 +30,9 @@ apart from the shaped ``score``; every key is present on every call (verl stacks
 reader of those notes): verl 0.6.1's ToolAgentLoop drops the tool's own metrics
 (``verl/experimental/agent_loop/tool_agent_loop.py`` L442, ``res`` unused), so the rollout text is where a dead
 sandbox shows; the kit's verl patch 0022 logs it per training step as ``reward_extra/tool_failures/mean``.
+``tool_tokens``, ``tool_tokens_trained`` and ``trained_tokens`` pass on the loss-mask counts of the kit's agent loop
+(:mod:`recipes.retool.agent_loop`, ``extra_info["kit_loss_mask"]``; -1 each for a response that did not come through
+it), so they reach the dumps and ``reward_extra/<count>/mean``, the loss mask's witness (recipes/smoke/mask_witness.py).
 
 verl loads this file by path under the module name ``custom_module``, so the kit's package may not be importable
 yet; the kit root is put on ``sys.path`` in that case (Ray workers need it for the tool class anyway).
@@ -47,12 +50,14 @@ from typing import Any
 
 try:
     from recipes.retool.answer import canonical, extract_answer
+    from recipes.retool.schema import LOSS_MASK_FIELD, LOSS_MASK_KEYS, NOT_MEASURED
     from recipes.retool.strict import strict_verdict
     from recipes.retool.tool_output import sandbox_failures
     from recipes.retool.verify import judge
 except ImportError:  # loaded by file path from a process without the kit on sys.path
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from recipes.retool.answer import canonical, extract_answer
+    from recipes.retool.schema import LOSS_MASK_FIELD, LOSS_MASK_KEYS, NOT_MEASURED
     from recipes.retool.strict import strict_verdict
     from recipes.retool.tool_output import sandbox_failures
     from recipes.retool.verify import judge
@@ -135,6 +140,15 @@ def tool_rounds_from(extra_info: dict[str, Any] | None) -> tuple[int, int]:
     return num_turns, max(0, (num_turns - 2) // 2)
 
 
+def loss_mask_counts(extra_info: Mapping[str, Any] | None) -> dict[str, int]:
+    """The kit agent loop's loss-mask counts from ``extra_info`` (:data:`NOT_MEASURED` each when it has none):
+    every key on every call, as verl stacks the reward's keys across the batch."""
+    counts = (extra_info or {}).get(LOSS_MASK_FIELD)
+    if not isinstance(counts, Mapping):
+        return dict.fromkeys(LOSS_MASK_KEYS, NOT_MEASURED)
+    return {key: int(counts.get(key, NOT_MEASURED)) for key in LOSS_MASK_KEYS}
+
+
 def shaped_score(correct: bool, tool_rounds: int, shaping: str, no_tool_penalty: float) -> float:
     """The training reward for one response (see the module docstring for the three schemes)."""
     validate_reward_kwargs(shaping=shaping, no_tool_penalty=no_tool_penalty)
@@ -207,6 +221,7 @@ def compute_score(
         "num_turns": num_turns,
         "tool_failures": sandbox_failures(text),
         "verifier": method,
+        **loss_mask_counts(extra_info),
     }
 
 

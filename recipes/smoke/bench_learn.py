@@ -77,6 +77,7 @@ class Run:
     changes: dict[str, str]  # the environment against the bench's own: the sabotage's switches
     marker: str | None  # the sabotage's line in its RL log; None: the shipped run, where no MARKER line may appear
     sync_breaks_at: int | None = None  # the step the weight sync's witness must name (Sabotage.sync_breaks_at)
+    mask_breaks_at: int | None = None  # the step the loss mask's witness must name (Sabotage.mask_breaks_at)
 
     def environment(self, environ: Mapping[str, str]) -> dict[str, str]:
         return {**environ, **self.changes}
@@ -109,6 +110,7 @@ def plan(
                 changes,
                 sabotage.marker,
                 sabotage.sync_breaks_at,
+                sabotage.mask_breaks_at,
             )
         )
     return runs
@@ -134,6 +136,8 @@ class Row:
     sabotage_lines: int | None = None  # MARKER lines in the RL log (the sabotage's own for a sabotage run)
     sync_gaps: dict[str, float] | None = None  # each RL step's rollout/trainer probability gap (sync_witness)
     sync_failed_step: int | None = None  # the step the weight sync's witness named, if it failed
+    mask_shares: dict[str, float] | None = None  # each RL step's share of trained tokens that are tool output
+    mask_failed_step: int | None = None  # the step the loss mask's witness (mask_witness) named, if it failed
     exit_status: int | None = None  # None: measured by an earlier bench (--only), or not run
     earlier: bool = False
     out: str = ""
@@ -170,12 +174,17 @@ def measure(run: Run, exit_status: int | None, *, earlier: bool = False) -> Row:
         stages = {stage.get("name"): stage for stage in summary.get("stages", [])}
         row.rl_seconds = stages.get("rl", {}).get("seconds")
         row.run_seconds = summary.get("seconds")
-        row.sync_gaps = summary.get("weight_sync_gaps")
-        failed_at = re.search(r"FAILED at step (\d+)", str(summary.get("weight_sync_verdict")))
-        row.sync_failed_step = int(failed_at.group(1)) if failed_at else None
+        row.sync_gaps, row.mask_shares = summary.get("weight_sync_gaps"), summary.get("loss_mask_shares")
+        row.sync_failed_step = _failed_step(summary.get("weight_sync_verdict"))
+        row.mask_failed_step = _failed_step(summary.get("loss_mask_verdict"))
     row.sabotage_lines = _marker_lines(run)
     row.problem = _problem(run, row)
     return row
+
+
+def _failed_step(verdict: object) -> int | None:
+    failed_at = re.search(r"FAILED at step (\d+)", str(verdict))
+    return int(failed_at.group(1)) if failed_at else None
 
 
 def _problem(run: Run, row: Row) -> str | None:
@@ -190,11 +199,17 @@ def _problem(run: Run, row: Row) -> str | None:
         return f"{run.name} ran with a sabotage ({row.sabotage_lines} {MARKER!r} lines in its RL log)"
     if run.marker is not None and not row.sabotage_lines:
         return f"{run.name} shows no {run.marker!r} line in its RL log: the sabotage never took effect"
-    if row.sync_failed_step != run.sync_breaks_at and row.verdict != "not run":
-        named = f"step {row.sync_failed_step}" if row.sync_failed_step else "none"
-        want = f"step {run.sync_breaks_at}" if run.sync_breaks_at else "none"
-        return f"{run.name}: the weight sync's witness named {named}, not {want}"
+    for what, named, want in (
+        ("weight sync", row.sync_failed_step, run.sync_breaks_at),
+        ("loss mask", row.mask_failed_step, run.mask_breaks_at),
+    ):
+        if named != want and row.verdict != "not run":
+            return f"{run.name}: the {what}'s witness named {_step(named)}, not {_step(want)}"
     return None
+
+
+def _step(step: int | None) -> str:
+    return f"step {step}" if step else "none"
 
 
 def not_run(run: Run, why: str) -> Row:
@@ -210,29 +225,17 @@ def _pair(before: float | None, after: float | None, percent: bool = False) -> s
     return f"{before:.0%} -> {after:.0%}" if percent else f"{before:.2f} -> {after:.2f}"
 
 
-def _gaps(row: Row) -> str:
-    """The weight sync's witness per step (recipes/smoke/sync_witness.py), the step it failed at in bold."""
-    if not row.sync_gaps:
+def _by_step(values: dict[str, float] | None, failed: int | None, form: str) -> str:
+    """A witness's reading per step (the weight sync's gap, the loss mask's share), the step it failed at in bold."""
+    if not values:
         return "-"
-    marked = (
-        f"**{gap:.2e}**" if int(step) == row.sync_failed_step else f"{gap:.2e}" for step, gap in row.sync_gaps.items()
-    )
-    return " ".join(marked)
+    return " ".join(f"**{v:{form}}**" if int(step) == failed else f"{v:{form}}" for step, v in values.items())
 
 
 def render(rows: Sequence[Row]) -> str:
     """The table, in Markdown (what OUT/bench_learn.md holds and the terminal shows)."""
-    header = [
-        "run",
-        "what was broken",
-        "val acc",
-        "tool calls",
-        "sync gap by step",
-        "verdict",
-        "sabotage lines",
-        "RL s",
-    ]
-    header.append("ok")
+    header = ["run", "what was broken", "val acc", "tool calls", "sync gap by step", "tool share of loss by step"]
+    header += ["verdict", "sabotage lines", "RL s", "ok"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     for row in rows:
         cells = [
@@ -240,7 +243,8 @@ def render(rows: Sequence[Row]) -> str:
             row.broken,
             _pair(row.val_acc_before, row.val_acc_after),
             _pair(row.tool_calls_before, row.tool_calls_after, percent=True),
-            _gaps(row),
+            _by_step(row.sync_gaps, row.sync_failed_step, ".2e"),
+            _by_step(row.mask_shares, row.mask_failed_step, ".3f"),
             row.verdict,
             "-" if row.sabotage_lines is None else str(row.sabotage_lines),
             "-" if row.rl_seconds is None else f"{row.rl_seconds:.0f}",
@@ -329,7 +333,8 @@ Runs (in this order; --only picks some):
   weight-sync  KIT_TEST_WEIGHT_SYNC=first-only: vLLM keeps the SFT weights: must report "did NOT learn" (exit 1),
                the weight sync's witness naming step 2 (recipes/smoke/sync_witness.py)
   reward-sign  the kit's reward with its training score negated: must report "did NOT learn"
-  loss-mask    KIT_TEST_LOSS_MASK=tool-tokens: the tool's output is trained on: must report "did NOT learn"
+  loss-mask    KIT_TEST_LOSS_MASK=tool-tokens: the tool's output is trained on: must report "did NOT learn",
+               the loss mask's witness naming step 1 (recipes/smoke/mask_witness.py)
 The sabotage runs start from the shipped run's data and merged SFT model (smoke.sh --from-sft OUT/shipped) and run
 only sandbox, RL, eval, plots and learn. Expected on 2 CPU cores: ~15 min for the shipped run, ~10 min for each
 sabotage run, ~45 min in all. Writes OUT/bench_learn.{json,md}, OUT/<run>/ (each run's smoke artifacts) and

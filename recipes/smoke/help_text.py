@@ -38,11 +38,11 @@ CPU build, first step 96 s into the stage, then ~12 s a step: docs/measurements/
 check: 9.9 min (docs/measurements/learn_speed.yaml; docs/main-job.md).""",
     ),
     CURRENT: Timings(
-        learn="14.8 min on 2 CPU cores with --stack 0.9.1, docs/measurements/learn_091.yaml",
+        learn="17.1 min on 2 CPU cores with --stack 0.9.1, docs/measurements/learn_091.yaml",
         fast="""\
 Measured on stack 0.9.1 with --fast on 2 CPU cores (fp32): 519 s, of which SFT 242 s (96 steps, 2.0 s/step) and RL
 212 s (vLLM 0.23's CPU build, one trainer rank, first step 190 s into the stage, then ~15.8 s a step:
-docs/measurements/fast_091.yaml); the learning check: 14.8 min (docs/measurements/learn_091.yaml; docs/stacks.md).""",
+docs/measurements/fast_091.yaml); the learning check: 17.1 min (docs/measurements/learn_091.yaml; docs/stacks.md).""",
     ),
 }
 

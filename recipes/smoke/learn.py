@@ -2,7 +2,8 @@
 
 Why: the pipeline check (``--fast``/``--tiny``, the random tiny model) proves the pipeline runs. A sign error in the
 advantage, a reward that never reaches the trainer, weights that never reach the rollout or a loss mask over tool
-output each leave it green; they do not leave this check green (``scripts/bench_learn.sh`` shows each failing it). It
+output each leave it green; they do not leave this check green (``scripts/bench_learn.sh`` shows each failing it;
+the last two also fail a direct witness: :mod:`recipes.smoke.sync_witness`, :mod:`recipes.smoke.mask_witness`). It
 trains a real pretrained model, SmolLM2-135M-Instruct from PyPI (:mod:`recipes.smoke.smollm2`), on a question only
 the code interpreter answers (:mod:`recipes.smoke.learn_data`: 4-digit products): SFT on a mix of tool and guessed
 trajectories, then GRPO through the platform's rollout engine with the kit's reward, tool and sandbox, validating on
@@ -27,6 +28,7 @@ from typing import Any
 
 from recipes.smoke import learn_data
 from recipes.smoke.commands import DataJob, Sizes, Task
+from recipes.smoke.mask_witness import MaskVerdict
 from recipes.smoke.sync_witness import SyncVerdict
 
 TARGET_GAIN = 0.15
@@ -145,16 +147,18 @@ class Verdict:
     line: str  # one line: what was measured against the target
 
 
-def judge(curve: list[ValPoint], witness: SyncVerdict | None = None) -> Verdict:
-    """The first validation against the last: both targets, on enough samples; and, given the weight sync's direct
-    witness (recipes/smoke/sync_witness.py), that the rollout received every update: accuracy alone rose by +0.14
-    on a rollout that kept the SFT weights (issue 51)."""
+def judge(curve: list[ValPoint], witness: SyncVerdict | None = None, mask: MaskVerdict | None = None) -> Verdict:
+    """The first validation against the last: both targets, on enough samples; and, given the direct witnesses,
+    that the rollout received every update (recipes/smoke/sync_witness.py: accuracy alone rose by +0.14 on a rollout
+    that kept the SFT weights) and that no tool output was trained on (recipes/smoke/mask_witness.py: a loss mask
+    over it was judged "did NOT learn" by only 0.03), issue 51."""
     verdict = _judge_curve(curve)
-    if witness is None or witness.ok:
+    failed = "; ".join(w.line for w in (witness, mask) if w is not None and not w.ok)
+    if not failed:
         return verdict
-    if not verdict.ok:  # both failed: the witness names the step the sync broke at
-        return Verdict(False, f"{verdict.line}; {witness.line}")
-    return Verdict(False, f"{verdict.line.split(': learned')[0]}: did NOT learn ({witness.line})")
+    if not verdict.ok:  # both failed: the witness names the step the break shows at
+        return Verdict(False, f"{verdict.line}; {failed}")
+    return Verdict(False, f"{verdict.line.split(': learned')[0]}: did NOT learn ({failed})")
 
 
 def _judge_curve(curve: list[ValPoint]) -> Verdict:
@@ -178,13 +182,18 @@ def _judge_curve(curve: list[ValPoint]) -> Verdict:
     return Verdict(False, f"learn: {text}: did NOT learn ({why})")
 
 
-def summary_fields(curve: list[ValPoint], verdict: Verdict, witness: SyncVerdict | None = None) -> dict[str, Any]:
+def summary_fields(
+    curve: list[ValPoint], verdict: Verdict, witness: SyncVerdict | None = None, mask: MaskVerdict | None = None
+) -> dict[str, Any]:
     """The keys ``summary.json`` carries for a learning check."""
     before, after = (curve[0], curve[-1]) if curve else (None, None)
     return {
         "weight_sync_ok": witness.ok if witness else None,
         "weight_sync_verdict": witness.line if witness else None,
         "weight_sync_gaps": {str(step): gap for step, gap in witness.gaps.items()} if witness else {},
+        "loss_mask_ok": mask.ok if mask else None,
+        "loss_mask_verdict": mask.line if mask else None,
+        "loss_mask_shares": {str(step): share for step, share in mask.shares.items()} if mask else {},
         "learn_ok": verdict.ok,
         "learn_verdict": verdict.line,
         "learn_target": {"gain": TARGET_GAIN, "ratio": TARGET_RATIO, "min_val_samples": MIN_VAL_SAMPLES},

@@ -250,16 +250,20 @@ class Smoke(SmokeCommands):
         )
 
     def stage_learn(self, st: Stage) -> None:
-        """The learning check's verdict on the validation curve (recipes.smoke.learn), after eval and plots exist."""
-        from recipes.smoke import learn, sync_witness
+        """The learning check's verdict on the validation curve (recipes.smoke.learn) and the weight sync's and loss
+        mask's direct witnesses (recipes.smoke.sync_witness, recipes.smoke.mask_witness), after eval and plots exist."""
+        from recipes.smoke import learn, mask_witness, sync_witness
 
         curve = learn.read_curve(self.rl_dir / "val_generations")
-        witness = sync_witness.judge(sync_witness.gaps(step_metrics(read_tail(self.logs / "rl.log"))))
-        verdict = learn.judge(curve, witness)
-        st.details = learn.summary_fields(curve, verdict, witness)
+        steps = step_metrics(read_tail(self.logs / "rl.log"))
+        witness = sync_witness.judge(sync_witness.gaps(steps))
+        mask = mask_witness.judge(mask_witness.readings(steps))
+        verdict = learn.judge(curve, witness, mask)
+        st.details = learn.summary_fields(curve, verdict, witness, mask)
         st.metric = verdict.line.removeprefix("learn: ")
         print(learn.render_curve(curve), flush=True)
         print(witness.line, flush=True)
+        print(mask.line, flush=True)
         if not verdict.ok:
             raise StageError(verdict.line)
 

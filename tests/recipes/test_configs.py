@@ -21,7 +21,7 @@ from recipes.launch import cli
 from recipes.launch.planning import plan, report
 from recipes.launch.run_inputs import catalog
 from recipes.launch.run_inputs.catalog import CONFIG_DIR, RECIPES
-from recipes.retool import REWARD_PATH, TOOL_CONFIG_PATH
+from recipes.retool import AGENT_LOOP_CONFIG_PATH, REWARD_PATH, TOOL_CONFIG_PATH
 
 #: The stack this interpreter's verl serves, as an entry point resolves it without --stack or KIT_STACK.
 STACK = interpreter_stack()  # the stack this venv's verl serves
@@ -125,6 +125,24 @@ def test_qwen3_4b_a3_is_the_reference_run(plans: dict[tuple[str, str], plan.Plan
     assert rl.custom_reward_function.path == str(REWARD_PATH)
     assert mt.tool_config_path == str(TOOL_CONFIG_PATH)
     assert rl.data.custom_cls.path == "pkg://recipes.retool.dataset"
+
+
+def test_every_rl_recipe_runs_tool_agent_through_the_kits_loop(plans: dict[tuple[str, str], plan.Plan]) -> None:
+    """The loss mask's witness (recipes/retool/agent_loop.py) is on in every RL run: the launcher points verl at the
+    kit's agent loop file by its absolute path (verl resolves a relative one per node), which registers tool_agent,
+    the name every row and the default use, to the kit's class (tests/retool/test_agent_loop.py: that verl reads it)."""
+    from omegaconf import OmegaConf
+
+    for (name, hw), built in plans.items():
+        if RECIPES[name].phase != "rl":
+            continue
+        assert built.cfg is not None, (name, hw)
+        agent = built.cfg.actor_rollout_ref.rollout.agent
+        assert agent.agent_loop_config_path == str(AGENT_LOOP_CONFIG_PATH), (name, hw)
+        assert agent.default_agent_loop == "tool_agent"
+    assert AGENT_LOOP_CONFIG_PATH.is_absolute()
+    entries = {entry.name: entry._target_ for entry in OmegaConf.load(AGENT_LOOP_CONFIG_PATH)}
+    assert entries == {"tool_agent": "recipes.retool.agent_loop.KitToolAgentLoop"}
 
 
 def test_a2_keeps_the_optimisation_and_memory_per_device(plans: dict[tuple[str, str], plan.Plan]) -> None:

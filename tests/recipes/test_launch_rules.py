@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from kit_testing import interpreter_stack
 
+from platforms.verl_facts import FUSED_SP_LABELS, WEIGHTS_UNSYNCED_WITHOUT_FREE_CACHE
 from recipes.launch.planning import plan
 from recipes.launch.run_inputs.catalog import QWEN3_4B, QWEN25_32B, RECIPES
 from recipes.launch.sizing import budget, memory
@@ -92,10 +93,25 @@ def test_job_env_values_must_be_strings() -> None:
     assert not _has(built, "is not a string")
 
 
-def test_free_cache_engine_off_is_refused() -> None:
+def test_free_cache_engine_off_is_refused_where_the_stacks_verl_then_never_syncs() -> None:
+    """A rule against a verl bug holds on the stacks whose verl has it (VerlFacts.bugs; issue 52 row 3)."""
     built = _build("qwen3_4b_dapo", "a3", "actor_rollout_ref.rollout.free_cache_engine=False")
-    assert _has(built, "free_cache_engine=False") and _has(built, "PR #4248")
+    if WEIGHTS_UNSYNCED_WITHOUT_FREE_CACHE in STACK.verl.bugs:  # verl 0.6.1 (issue #4147)
+        assert _has(built, "free_cache_engine=False") and _has(built, "PR #4248")
+        assert _has(built, f"verl {STACK.pin('VERL_VERSION')}'s agent loop")
+    else:
+        assert not _has(built, "free_cache_engine")
     assert not _has(_build("qwen3_4b_dapo", "a3"), "free_cache_engine")
+
+
+def test_fused_kernels_with_ulysses_sp_are_refused_where_the_stacks_verl_mislabels() -> None:
+    fused = (
+        "actor_rollout_ref.model.use_fused_kernels=True",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+    )
+    built = _build("qwen3_4b_dapo", "a3", *fused)
+    assert _has(built, "#3512/#6068") == (FUSED_SP_LABELS in STACK.verl.bugs), built.errors
+    assert not _has(_build("qwen3_4b_dapo", "a3", fused[0], fused[1][:-1] + "1"), "use_fused_kernels")
 
 
 # --- steps and the reference step -----------------------------------------------------------------------------

@@ -54,8 +54,9 @@ def test_a_model_folder_without_a_tokenizer_is_refused_by_the_shared_rule(tmp_pa
 
 def test_rl_data_given_to_sft_is_refused(tmp_path: Path) -> None:
     dapo = _parquet(tmp_path / "dapo.parquet", [DAPO_ROW] * 3)
-    (line,) = [p.message for p in paths.check_data(str(dapo), None, "sft")]
-    assert f"data {dapo} has no 'messages' column (data.multiturn.messages_key)" in line
+    setting = STACK.verl.sft_key("messages_key")  # the stack's key naming the column (issue 52 row 5)
+    (line,) = [p.message for p in paths.check_data(str(dapo), None, "sft", ("messages", setting))]
+    assert f"data {dapo} has no 'messages' column ({setting})" in line
     assert "RL data (dapo columns)" in line
     assert paths.check_data(str(dapo), None, "rl") == []
 
@@ -63,7 +64,7 @@ def test_rl_data_given_to_sft_is_refused(tmp_path: Path) -> None:
 def test_the_sft_messages_key_is_the_recipes(tmp_path: Path) -> None:
     sft = _parquet(tmp_path / "sft.parquet", [{"conversation": MESSAGES, "messages": MESSAGES}])
     assert paths.check_data(str(sft), None, "sft") == []
-    (line,) = [p.message for p in paths.check_data(str(sft), None, "sft", messages_key="turns")]
+    (line,) = [p.message for p in paths.check_data(str(sft), None, "sft", ("turns", "data.messages_key"))]
     assert "has no 'turns' column" in line
 
 

@@ -33,6 +33,9 @@ KEYS = {
     "num_turns",
     "tool_failures",
     "verifier",
+    "tool_tokens",
+    "tool_tokens_trained",
+    "trained_tokens",
 }
 
 
@@ -189,6 +192,16 @@ def test_accepts_reward_loop_kwargs_and_returns_the_same_keys_always() -> None:
         assert set(result) == KEYS
         assert isinstance(result["score"], float) and isinstance(result["acc"], bool)
         assert isinstance(result["pred"], str) and isinstance(result["tool_rounds"], int)
+
+
+def test_the_agent_loops_loss_mask_counts_pass_through() -> None:
+    """The kit's agent loop's counts (recipes/retool/agent_loop.py) reach the dumps and reward_extra metrics through
+    the reward; a response that did not come through that loop reads -1 on each (the loss mask's witness refuses it)."""
+    counts = {"tool_tokens": 12, "tool_tokens_trained": 0, "trained_tokens": 40}
+    result = compute_score("aime", "\\boxed{204}", "204", {"num_turns": 4, "kit_loss_mask": counts})
+    assert {key: result[key] for key in counts} == counts
+    unmeasured = compute_score("aime", "\\boxed{204}", "204", {"num_turns": 4})
+    assert [unmeasured[key] for key in counts] == [-1, -1, -1] and set(unmeasured) == KEYS
 
 
 def test_never_raises_on_any_string() -> None:

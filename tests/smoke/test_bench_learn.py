@@ -58,6 +58,10 @@ def _summary(run: Run, outcome: str) -> dict:
         stale = run.name == "weight-sync" and outcome == "not"
         summary |= {"weight_sync_gaps": {"1": 0.001, "2": 0.05 if stale else 0.0011}}
         summary |= {"weight_sync_verdict": "weight sync: FAILED at step 2: ..." if stale else "weight sync: ... within"}
+        # the loss mask's witness (recipes/smoke/mask_witness.py) names step 1; "unseen": it missed the break
+        masked = run.name == "loss-mask" and outcome == "not"
+        summary |= {"loss_mask_shares": {"1": 0.28 if masked else 0.0, "2": 0.3 if masked else 0.0}}
+        summary |= {"loss_mask_verdict": "loss mask: FAILED at step 1: ..." if masked else "loss mask: no tool-output"}
     return summary
 
 
@@ -185,16 +189,19 @@ def test_all_behaved_exits_0_with_the_table(tmp_path: Path, capsys: pytest.Captu
     assert all(rows[name]["verdict"] == NOT_LEARNED and rows[name]["sabotage_lines"] == 2 for name in RUNS[1:])
     table = (out / "bench_learn.md").read_text()
     assert (
-        "| shipped | nothing (as shipped) | 0.31 -> 0.97 | 33% -> 98% | 1.00e-03 1.10e-03 | learned | 0 | 400 | yes |"
-        in table
+        "| shipped | nothing (as shipped) | 0.31 -> 0.97 | 33% -> 98% | 1.00e-03 1.10e-03 | 0.000 0.000 | learned | 0 "
+        "| 400 | yes |" in table
     )
     assert "| weight-sync | weight sync skipped" in table
-    assert "0.31 -> 0.30 | 33% -> 30% | 1.00e-03 **5.00e-02** | did NOT learn | 2 |" in table
+    assert "0.31 -> 0.30 | 33% -> 30% | 1.00e-03 **5.00e-02** | 0.000 0.000 | did NOT learn | 2 |" in table
     assert rows["weight-sync"]["sync_failed_step"] == 2 and rows[SHIPPED]["sync_failed_step"] is None
+    assert "| 1.00e-03 1.10e-03 | **0.280** 0.300 | did NOT learn | 2 |" in table  # the loss-mask run
+    assert rows["loss-mask"]["mask_failed_step"] == 1 and rows["weight-sync"]["mask_failed_step"] is None
     assert "every run behaved" in table
     printed = capsys.readouterr().out
     assert (
-        "| run | what was broken | val acc | tool calls | sync gap by step | verdict |" in printed
+        "| run | what was broken | val acc | tool calls | sync gap by step | tool share of loss by step | verdict |"
+        in printed
         and "every run reported" in printed
     )
 
@@ -313,3 +320,17 @@ def test_a_weight_sync_break_the_witness_missed_fails_the_bench(
     """Issue 51: accuracy alone is a weak witness of the sync; the weight-sync sabotage must be named at step 2."""
     err, _, _ = _fails(tmp_path, capsys, {**BEHAVED, "weight-sync": ("unseen", 2)})
     assert "weight-sync: the weight sync's witness named none, not step 2" in err, err
+
+
+def test_a_loss_mask_break_the_witness_missed_fails_the_bench(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 51: accuracy judged the loss-mask sabotage by 0.03; its witness must name step 1, and no other run's."""
+    err, _, _ = _fails(tmp_path, capsys, {**BEHAVED, "loss-mask": ("unseen", 2)})
+    assert "loss-mask: the loss mask's witness named none, not step 1" in err, err
+    assert {run.name: run.mask_breaks_at for run in bench_learn.plan(tmp_path, 0, REFERENCE)} == {
+        SHIPPED: None,
+        "weight-sync": None,
+        "reward-sign": None,
+        "loss-mask": 1,
+    }

@@ -157,13 +157,29 @@ def test_the_weight_sync_switch_passes_only_the_first_update(capsys: pytest.Capt
         async def update_weights(self, weights, **kwargs):
             self.applied.append(weights)
 
-    hooks._sync_first_only(types.SimpleNamespace(vLLMAsyncRollout=Rollout))
-    rollout = Rollout()
-    for weights in ("initial", "step 1", "step 2"):
-        asyncio.run(rollout.update_weights(weights))
-    assert rollout.applied == ["initial"]
-    out = capsys.readouterr().out
-    assert out.count(sabotage.WEIGHT_SYNC.marker) == 2 and "update 3 skipped" in out
+    for module, name in hooks.ROLLOUTS.items():  # 0.6.1's vLLMAsyncRollout, 0.9.1's ServerAdapter
+        cls = type(name, (Rollout,), {})
+        hooks._sync_first_only(types.SimpleNamespace(**{name: cls}))
+        rollout = cls()
+        for weights in ("initial", "step 1", "step 2"):
+            asyncio.run(rollout.update_weights(weights))
+        assert rollout.applied == ["initial"], module
+        out = capsys.readouterr().out
+        assert out.count(sabotage.WEIGHT_SYNC.marker) == 2 and "update 3 skipped" in out
+
+
+def test_the_weight_sync_switch_targets_the_installed_verls_rollout() -> None:
+    """Issue 51: the class the switch patches exists, with ``update_weights``, in this venv's verl (0.9.1 has no
+    vllm_rollout_spmd: a switch aimed only there never acted on the current stack)."""
+    import importlib
+    import importlib.util
+
+    from recipes.smoke.sabotage import hooks
+
+    found = [(m, n) for m, n in hooks.ROLLOUTS.items() if importlib.util.find_spec(m) is not None]
+    assert found, hooks.ROLLOUTS
+    for module, name in found:
+        assert callable(getattr(getattr(importlib.import_module(module), name), "update_weights", None)), module
 
 
 def test_the_loss_mask_switch_trains_on_tool_tokens(capsys: pytest.CaptureFixture[str]) -> None:

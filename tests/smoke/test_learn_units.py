@@ -102,3 +102,29 @@ def test_a_curve_that_learned_on_a_stale_rollout_did_not_learn(tmp_path: Path) -
     assert not both.ok and "did NOT learn (acc target" in both.line and "weight sync: FAILED at step 2:" in both.line
     fields = learn.summary_fields(curve, verdict, stale)
     assert fields["weight_sync_ok"] is False and fields["weight_sync_gaps"]["2"] == 0.05
+
+
+def test_a_curve_that_learned_while_training_on_tool_output_did_not_learn(tmp_path: Path) -> None:
+    """Issue 51: a loss mask over the tool's output was judged "did NOT learn" by only 0.03 of accuracy; the loss
+    mask's witness fails the verdict whatever the accuracy, naming the step and the share."""
+    from recipes.smoke import mask_witness, sync_witness
+
+    n = 100
+    _dump(tmp_path, 0, [i < 20 for i in range(n)], [i < 25 for i in range(n)])
+    _dump(tmp_path, 4, [i < 60 for i in range(n)], [i < 80 for i in range(n)])
+    curve = learn.read_curve(tmp_path)
+    synced = sync_witness.judge({1: 0.001, 2: 0.001})
+    clean = mask_witness.Reading(tool=20.0, tool_trained=0.0, trained=50.0, least=30.0)
+    trained_on = mask_witness.Reading(tool=20.0, tool_trained=20.0, trained=70.0, least=30.0)
+    assert learn.judge(curve, synced, mask_witness.judge({1: clean, 2: clean})).ok
+    mask = mask_witness.judge({1: trained_on, 2: trained_on})
+    verdict = learn.judge(curve, synced, mask)
+    assert not verdict.ok and "\n" not in verdict.line
+    assert "did NOT learn (loss mask: FAILED at step 1: 28.6% of the trained tokens" in verdict.line, verdict.line
+    fields = learn.summary_fields(curve, verdict, synced, mask)
+    assert fields["loss_mask_ok"] is False and fields["loss_mask_shares"] == {"1": 20 / 70, "2": 20 / 70}
+    assert fields["loss_mask_verdict"] == mask.line and fields["weight_sync_ok"] is True
+    stale = sync_witness.judge({1: 0.001, 2: 0.05})  # both witnesses failed: both lines
+    both = learn.judge(curve, stale, mask).line
+    assert "(weight sync: FAILED at step 2:" in both and "; loss mask: FAILED at step 1:" in both
+    assert learn.summary_fields(curve, verdict)["loss_mask_ok"] is None  # no witness given

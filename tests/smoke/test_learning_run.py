@@ -74,6 +74,15 @@ def test_the_rollout_received_every_update(learned: dict) -> None:
     assert (learned["out"] / "plots" / "weight_sync.png").stat().st_size > 5000
 
 
+def test_no_tool_output_was_trained_on(learned: dict) -> None:
+    """Issue 51: the loss mask's direct witness (recipes/smoke/mask_witness.py) read every RL step's share of trained
+    tokens that the tool wrote, from the kit agent loop's counts, and found none."""
+    summary = learned["summary"]
+    shares = summary["loss_mask_shares"]
+    assert sorted(map(int, shares)) == list(range(1, LEARN.rl_steps + 1)), summary["loss_mask_verdict"]
+    assert summary["loss_mask_ok"] is True and set(shares.values()) == {0.0}, summary["loss_mask_verdict"]
+
+
 def test_the_curve_is_judged_on_64_held_out_samples(learned: dict) -> None:
     summary = learned["summary"]
     curve = summary["learning_curve"]

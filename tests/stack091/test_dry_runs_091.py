@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from dry_run_cases import PROFILES, Case, run_case
+from dry_run_cases import PROFILES, Case, foreign_patches, run_case
 from kit_testing import REPO_ROOT, installed_verl, kit_env, needs_verl_09
+
+from platforms import stacks
 
 VERL = installed_verl()
 pytestmark = needs_verl_09()
@@ -33,6 +35,9 @@ def test_every_rl_recipe_dry_runs_on_the_current_stack(recipe: str, hw: str, tmp
     assert f"+reward_spec@reward.custom_reward_function={recipe}" in command
     assert "reward.custom_reward_function.path=<KIT>/recipes/retool/reward.py" in command
     assert " custom_reward_function." not in command  # nothing at the key 0.9.1 ignores
+    assert foreign_patches(out, stacks.get("0.9.1")) == []  # no credit to the reference's series (issue 52 row 5)
+    # the kit's agent loop as tool_agent, at the key 0.9.1 reads too (tests/stack091/test_agent_loop_091.py)
+    assert "actor_rollout_ref.rollout.agent.agent_loop_config_path=<KIT>/recipes/retool/agent_loop.yaml" in command
 
 
 def test_the_old_reward_key_is_refused_in_one_line_before_any_work() -> None:

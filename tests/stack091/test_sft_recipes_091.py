@@ -11,9 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from dry_run_cases import PROFILES, Case, run_case
+from dry_run_cases import PROFILES, Case, foreign_patches, run_case
 from kit_testing import installed_verl, needs_verl_09
 from omegaconf import OmegaConf
+
+from platforms import stacks
 
 VERL = installed_verl()
 pytestmark = needs_verl_09()
@@ -34,6 +36,7 @@ def test_every_sft_recipe_dry_runs_on_the_current_stack(recipe: str, hw: str, tm
     assert "dry run OK" in out
     assert "stack 0.9.1: verl 0.9.1" in out
     assert "entry:           torchrun -m verl.trainer.sft_trainer" in out
+    assert foreign_patches(out, stacks.get("0.9.1")) == []  # no credit to the reference's series (issue 52 row 5)
     command = out[out.index("-m verl.trainer.sft_trainer \\") :]
     assert "stack=0.9.1" in command  # picks verl_sft/0.9.1.yaml: sft_trainer_engine
     assert "model.path=" in command
@@ -88,5 +91,6 @@ def test_a_neutral_override_works_and_an_old_key_is_refused(tmp_path: Path) -> N
     rc, out = _dry_run("qwen3_4b_sft", "cpu", tmp_path, "sft.ulysses_sequence_parallel_size=2")
     assert rc == 0, out
     assert "Ulysses SP 2 -> data-parallel 1" in out
+    # 0.6.1's key: refused in one line before any work, naming 0.9.1's (issue 52 row 4, test_stack_rules_091.py)
     rc, out = _dry_run("qwen3_4b_sft", "cpu", tmp_path / "old", "ulysses_sequence_parallel_size=2")
-    assert rc != 0 and "ulysses_sequence_parallel_size" in out, out
+    assert rc == 2 and out == "", out

@@ -2,9 +2,10 @@
 
 Each check names the keys involved and the rule, so a failed dry run says what to change. They cover the layout
 (devices vs sequence/tensor parallelism vs heads), the batch arithmetic verl asserts or silently floors inside its
-workers, one known-wrong combination (fused log-probs with Ulysses SP in verl 0.6.1), the reward's keyword
-arguments (the kit's ``compute_score`` takes ``**kwargs`` for verl's sake, so a misspelt shaping knob would otherwise
-be ignored without a word), the run's length, checkpoint disk and resume path. They read the plan's numbers
+workers, the settings that meet a bug of the stack's own verl (``VerlFacts.bugs``: in verl 0.6.1 fused log-probs with
+Ulysses SP, and ``free_cache_engine=False``), the reward's keyword arguments at the stack's reward key (the kit's
+``compute_score`` takes ``**kwargs`` for verl's sake, so a misspelt shaping knob would otherwise be ignored without a
+word), the run's length, checkpoint disk and resume path. They read the plan's numbers
 (:class:`recipes.launch.planning.facts.Facts`), never derive them again.
 """
 
@@ -19,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from platforms import HardwareProfile, applied
 from platforms.base import RL_ENFORCE_EAGER_KEY, RL_JOB_ENV_KEY
 from platforms.stacks import Stack
+from platforms.verl_facts import FUSED_SP_LABELS, WEIGHTS_UNSYNCED_WITHOUT_FREE_CACHE
 from recipes.launch.planning.facts import Facts, Heads
 from recipes.launch.run_inputs.catalog import Recipe
 from recipes.launch.sizing import budget, memory, ray_cpus
@@ -95,17 +97,7 @@ def check_rl(cfg: DictConfig, facts: Facts, stack: Stack) -> list[str]:
             f"actor.ppo_max_token_len_per_gpu x SP = {int(arr.actor.ppo_max_token_len_per_gpu) * sp} is below one "
             f"full sequence ({seq} = max_prompt_length + max_response_length)"
         )
-    if arr.model.get("use_fused_kernels") and sp > 1:
-        errors.append(
-            "actor_rollout_ref.model.use_fused_kernels=True with Ulysses SP > 1 scores the last token of every SP "
-            "shard against the wrong label in verl 0.6.1 (verl #3512/#6068): keep it off or use SP 1"
-        )
-    if arr.rollout.mode == "async" and not arr.rollout.get("free_cache_engine", True):
-        errors.append(
-            "actor_rollout_ref.rollout.free_cache_engine=False: verl 0.6.1's agent loop then never wakes the rollout, "
-            "and waking it is what syncs the actor's weights (verl/experimental/agent_loop/agent_loop.py:759-762), so "
-            "every step would sample from the initial model (verl issue #4147, fixed upstream by PR #4248): keep True"
-        )
+    errors += check_verl_bugs(cfg, facts, stack)
     if not arr.rollout.multi_turn.enable or arr.rollout.mode != "async":
         errors.append(
             "ReTool needs the agent loop: actor_rollout_ref.rollout.mode=async and multi_turn.enable=True "
@@ -116,6 +108,26 @@ def check_rl(cfg: DictConfig, facts: Facts, stack: Stack) -> list[str]:
     errors += trace.problems(cfg)
     if facts.ray_demand is not None:
         errors += ray_cpus.problems(OmegaConf.select(cfg, ray_cpus.NUM_CPUS_KEY), layout.nnodes, facts.ray_demand)
+    return errors
+
+
+def check_verl_bugs(cfg: DictConfig, facts: Facts, stack: Stack) -> list[str]:
+    """Settings that meet a bug of the stack's verl (:attr:`platforms.verl_facts.VerlFacts.bugs`, with the lines it
+    mirrors): refused only on a stack whose verl has the bug (issue 52 row 3: 0.9.1 was refused 0.6.1's)."""
+    arr, bugs, version = cfg.actor_rollout_ref, stack.verl.bugs, stack.pin("VERL_VERSION")
+    errors = []
+    if (bug := bugs.get(FUSED_SP_LABELS)) and arr.model.get("use_fused_kernels") and facts.layout.sp > 1:
+        errors.append(
+            "actor_rollout_ref.model.use_fused_kernels=True with Ulysses SP > 1 scores the last token of every SP "
+            f"shard against the wrong label in verl {version} ({bug.upstream}; {bug.where}): keep it off or use SP 1"
+        )
+    unsynced = arr.rollout.mode == "async" and not arr.rollout.get("free_cache_engine", True)
+    if (bug := bugs.get(WEIGHTS_UNSYNCED_WITHOUT_FREE_CACHE)) and unsynced:
+        errors.append(
+            f"actor_rollout_ref.rollout.free_cache_engine=False: verl {version}'s agent loop then never wakes the "
+            f"rollout, and waking it is what syncs the actor's weights ({bug.where}), so every step would sample from "
+            f"the initial model ({bug.upstream}): keep True"
+        )
     return errors
 
 
@@ -217,10 +229,13 @@ def check_inputs(
 ) -> list[str]:
     """Issue 44: values against their domains, devices per node against the profile, the kit's environment
     variables against what their readers take, and (this machine's paths) a resume folder against its phase and
-    the stack's checkpoint layout."""
-    from recipes.launch.planning import validate_resume, validate_values
+    the stack's checkpoint layout; issue 52: each value against what the stack's installed verl accepts (its
+    dataclasses' types, enums, registries: recipes/launch/planning/verl_check.py)."""
+    from recipes.launch.planning import validate_resume, validate_values, verl_check
 
     errors = validate_values.problems(cfg, recipe.phase, profile, environ)
+    if recipe.phase == "rl":
+        errors += verl_check.check_values(cfg, stack)
     return errors + (validate_resume.problems(cfg, recipe.phase, stack.verl) if path_check else [])
 
 

@@ -27,7 +27,7 @@ from platforms import PROFILES, current_platform, stacks
 from platforms.cli_errors import OVERRIDE_KEY, UsageError  # the request itself is wrong: a bad override, ...
 from platforms.stacks import Stack
 from recipes.launch.cluster import multinode, ray_cluster
-from recipes.launch.planning import checks, compose, facts, reward_key
+from recipes.launch.planning import checks, compose, facts, legacy_keys, reward_key
 from recipes.launch.planning import parity as parity_settings
 from recipes.launch.planning.compose import ConfigError
 from recipes.launch.planning.facts import Facts
@@ -35,7 +35,7 @@ from recipes.launch.run_inputs import inputs, paths
 from recipes.launch.run_inputs.catalog import CONFIG_DIR, Recipe
 from recipes.launch.sizing import ray_cpus
 from recipes.launch.supervision import trace
-from recipes.retool import REWARD_PATH, TOOL_CONFIG_PATH
+from recipes.retool import AGENT_LOOP_CONFIG_PATH, REWARD_PATH, TOOL_CONFIG_PATH
 
 RL_ENTRY = "verl.trainer.main_ppo"
 
@@ -101,9 +101,13 @@ def check_installed(stack: Stack) -> None:
         raise UsageError(problem, stacks.venv_hint(stack))
 
 
-def check_reward_overrides(user: Sequence[str], stack: Stack) -> None:
-    """No override sets the reward where the stack's verl ignores it: one line, exit 2, before any work."""
-    for problem in reward_key.user_override_problems(list(user), stack):
+def check_stack_overrides(user: Sequence[str], phase: str, stack: Stack) -> None:
+    """No override sets a key the stack's verl never reads (the reward at the other stack's key, a legacy key): one
+    line, exit 2, before any work."""
+    for problem in [
+        *reward_key.user_override_problems(list(user), stack),
+        *legacy_keys.user_override_problems(user, phase, stack),
+    ]:
         raise UsageError(problem)
 
 
@@ -173,7 +177,7 @@ def build(
         raise UsageError(f"unknown hardware profile {hw!r}; choose one of {', '.join(PROFILES)}")
     user = list(user_overrides)
     user_keys = check_user_overrides(user)
-    check_reward_overrides(user, stack)
+    check_stack_overrides(user, recipe.phase, stack)
     plan = Plan(recipe, hw, stack, scale_given=scale is not None, parity=parity)
     plan.env_command = PROFILES[hw].env_command(recipe.phase, stack)
     if parity:  # the reference's numerics on the kit's stack (recipes.launch.planning.parity)
@@ -208,12 +212,15 @@ def build(
 
 
 def _kit_overrides(plan: Plan, environ: Mapping[str, str]) -> list[str]:
-    """The environment inputs as overrides, and for RL the kit's reward, tool config, job variables and parity."""
+    """The environment inputs as overrides, and for RL the kit's reward, tool and agent loop configs (absolute
+    paths: verl resolves a relative one against each node's working directory, agent_loop/utils.py:18-47), job
+    variables and parity."""
     ours = [hydra_override(i.override_key, i.value) for i in plan.inputs]
     if plan.recipe.phase == "rl":
         ours += [
             hydra_override(f"{plan.stack.verl.reward_key}.path", REWARD_PATH),
             hydra_override("actor_rollout_ref.rollout.multi_turn.tool_config_path", TOOL_CONFIG_PATH),
+            hydra_override("actor_rollout_ref.rollout.agent.agent_loop_config_path", AGENT_LOOP_CONFIG_PATH),
         ]
         ours += [hydra_override(f"+{inputs.RL_ENV_KEY}.{k}", v, string=True) for k, v in _rl_job_env(environ).items()]
         ours += list(parity_settings.rl_overrides(plan.stack.verl.reward_key)) if plan.parity else []
@@ -311,10 +318,11 @@ def _source_of(plan: Plan, key: str) -> inputs.Input | None:
     return None
 
 
-def _messages_key(cfg: DictConfig, stack: Stack) -> str:
-    """The column verl's SFT dataset reads the conversations from (the recipe's sft.messages_key, at the stack's key:
-    0.6.1 data.multiturn.messages_key, 0.9.1 data.messages_key)."""
-    return str(OmegaConf.select(cfg, stack.verl.sft_key("messages_key")) or "messages")
+def _messages_key(cfg: DictConfig, stack: Stack) -> tuple[str, str]:
+    """(the column verl's SFT dataset reads the conversations from, the stack's key that names it: 0.6.1
+    data.multiturn.messages_key, 0.9.1 data.messages_key; the recipes' sft.messages_key is placed there)."""
+    key = stack.verl.sft_key("messages_key")
+    return str(OmegaConf.select(cfg, key) or "messages"), key
 
 
 def _check_paths(plan: Plan) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from platforms import PROFILES
+from platforms.stacks import Stack
 from recipes.launch.planning import parity
 from recipes.launch.planning.facts import Facts
 from recipes.launch.planning.plan import Plan
@@ -186,10 +187,11 @@ def _ray_cpus_row(cfg: DictConfig, facts: Facts) -> str:
     return f"{need.total} held at once ({need.describe()}) of {of}"
 
 
-def _in_flight_rows(facts: Facts) -> list[tuple[str, str]]:
+def _in_flight_rows(facts: Facts, stack: Stack) -> list[tuple[str, str]]:
     """The async rollout's peak: every trajectory of a step is one generate call in flight, spread over the
-    replicas; a server admits ``max(1000, max_num_seqs + 16)`` (patch 0028) and vLLM decodes up to ``max_num_seqs``,
-    the rest wait in vLLM's queue. None without server actors (a sync rollout, or the hf rollout)."""
+    replicas; a server admits ``max(1000, max_num_seqs + 16)`` (what makes it so is the stack's:
+    ``VerlFacts.server_admits_by``) and vLLM decodes up to ``max_num_seqs``, the rest wait in vLLM's queue. None
+    without server actors (a sync rollout, or the hf rollout)."""
     peak, layout = facts.in_flight, facts.layout
     if peak is None:
         return []
@@ -199,8 +201,8 @@ def _in_flight_rows(facts: Facts) -> list[tuple[str, str]]:
             "in flight",
             f"{peak.per_replica:,} generate calls per replica at a step's peak ({layout.trajectories:,} trajectories "
             f"/ {layout.replicas}); its server admits {peak.admits:,} at once (max({RAY_ASYNC_ACTOR_CONCURRENCY}, "
-            f"max_num_seqs {seqs:,} + {SERVER_CONTROL_CALLS}), patch 0028), the engine runs up to max_num_seqs "
-            f"{seqs:,}",
+            f"max_num_seqs {seqs:,} + {SERVER_CONTROL_CALLS}), {stack.verl.server_admits_by}), the engine runs up to "
+            f"max_num_seqs {seqs:,}",
         )
     ]
 
@@ -236,7 +238,7 @@ def _rl_rows(plan: Plan, cfg: DictConfig, facts: Facts) -> list[tuple[str, str]]
             f"gpu_memory_utilization {arr.rollout.gpu_memory_utilization}, "
             f"{_flag(arr.rollout.enforce_eager, 'eager', 'graphs')}, {arr.rollout.agent.num_workers} agent workers",
         ),
-        *_in_flight_rows(facts),
+        *_in_flight_rows(facts, plan.stack),
         ("ray cpus", _ray_cpus_row(cfg, facts)),
         (
             "batch",

@@ -59,17 +59,18 @@ def check_model(path: str, source: Input | None) -> list[Problem]:
     return [Problem(f"model {_named(path, source)} {p}{_finish_hint(path, source, p)}") for p in folder.problems]
 
 
-def check_data(path: str, source: Input | None, phase: str, messages_key: str = "messages") -> list[Problem]:
+def check_data(path: str, source: Input | None, phase: str, messages: tuple[str, str] | None = None) -> list[Problem]:
     """SFT reads parquet files only; the kit's RL dataset also takes folders, json(l) and hub ids. A file is read
     as the phase's dataset class reads it, on its first rows (recipes/launch/run_inputs/validate_data.py, issue 44): a
-    damaged file, another phase's data or a row the class refuses ends the plan, not the job."""
+    damaged file, another phase's data or a row the class refuses ends the plan, not the job. SFT: ``messages`` is (the
+    column verl's dataset reads the conversations from, the stack's key that names it)."""
     from recipes.launch.run_inputs import validate_data
 
     where = Path(path)
     hint = f"\n  -> {source.hint}, or set {source.env}" if source else ""
     if where.is_file():
         named = _named(path, source)
-        return [Problem(f"data {named} {p}{hint}") for p in validate_data.problems(path, phase, messages_key)]
+        return [Problem(f"data {named} {p}{hint}") for p in validate_data.problems(path, phase, messages)]
     if where.is_dir() and phase == "rl":
         return []
     if phase == "rl" and not where.exists() and _HUB_ID.match(path):

@@ -15,10 +15,11 @@ from pathlib import Path
 from platforms import data_file
 
 
-def problems(path: str, phase: str, messages_key: str = "messages") -> list[str]:
-    """Phrases after "data FILE ..." for the file at ``path`` read by ``phase``'s dataset class; [] when it reads."""
+def problems(path: str, phase: str, messages: tuple[str, str] | None = None) -> list[str]:
+    """Phrases after "data FILE ..." for the file at ``path`` read by ``phase``'s dataset class; [] when it reads.
+    SFT: ``messages`` is (the column, the stack's key that names it), as :func:`data_file.phase_problems` takes them."""
     found = data_file.inspect(path)
-    wrong = data_file.phase_problems(found, phase, messages_key)
+    wrong = data_file.phase_problems(found, phase, *(messages or ()))
     if wrong or phase != "rl" or not found.fmt:
         return wrong
     from recipes.retool.rows import to_rl_row

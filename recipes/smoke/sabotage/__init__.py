@@ -53,6 +53,8 @@ class Sabotage:
     # the RL step at which the weight sync's witness (recipes/smoke/sync_witness.py) must name the break; None: no
     # break of the weight sync
     sync_breaks_at: int | None = None
+    # the same for the loss mask's witness (recipes/smoke/mask_witness.py)
+    mask_breaks_at: int | None = None
 
     def rl_overrides(self, stack: Stack) -> list[str]:
         """The RL overrides that switch it on, spelt for ``stack``'s verl (the reward's key differs)."""
@@ -91,6 +93,9 @@ LOSS_MASK = Sabotage(
     "loss mask covers the tool's response tokens (trains on text the sandbox wrote)",
     env={MASK_SWITCH: MASK_TOOL_TOKENS},
     evidence="loss mask covers tool tokens",
+    # every tool turn from the first, and step 1's batch holds some: 0.56 of its 32 samples called the tool in the
+    # seed-0 bench (reward_extra/used_tool/mean), so a step 1 without one is a ~1e-11 chance
+    mask_breaks_at=1,
 )
 SABOTAGES = (WEIGHT_SYNC, REWARD_SIGN, LOSS_MASK)
 

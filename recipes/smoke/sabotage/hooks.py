@@ -24,12 +24,18 @@ from types import ModuleType
 
 from recipes.smoke.sabotage import LOSS_MASK, MASK_SWITCH, MASK_TOOL_TOKENS, SYNC_FIRST_ONLY, SYNC_SWITCH, WEIGHT_SYNC
 
-ROLLOUT = "verl.workers.rollout.vllm_rollout.vllm_rollout_spmd"
+#: The class whose ``update_weights`` hands the trainer's weights to vLLM, per module: 0.6.1's
+#: ``vLLMAsyncRollout`` (vllm_rollout_spmd.py), 0.9.1's ``ServerAdapter`` (vllm_rollout.py:210, the V1 trainer's
+#: rollout side, which sends the weights to the server's workers).
+ROLLOUTS = {
+    "verl.workers.rollout.vllm_rollout.vllm_rollout_spmd": "vLLMAsyncRollout",
+    "verl.workers.rollout.vllm_rollout.vllm_rollout": "ServerAdapter",
+}
 AGENT_LOOP = "verl.experimental.agent_loop.tool_agent_loop"
 
 
 def _sync_first_only(module: ModuleType) -> None:
-    cls = module.vLLMAsyncRollout
+    cls = next(getattr(module, name) for name in ROLLOUTS.values() if hasattr(module, name))
     original = cls.update_weights
 
     async def update_weights(self, weights, **kwargs):
@@ -87,7 +93,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def _install() -> None:
     patches = {}
     if os.environ.get(SYNC_SWITCH) == SYNC_FIRST_ONLY:
-        patches[ROLLOUT] = _sync_first_only
+        patches.update(dict.fromkeys(ROLLOUTS, _sync_first_only))
     if os.environ.get(MASK_SWITCH) == MASK_TOOL_TOKENS:
         patches[AGENT_LOOP] = _mask_tool_tokens
     if not patches or any(isinstance(finder, _PatchOnImport) for finder in sys.meta_path):
