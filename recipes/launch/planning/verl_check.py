@@ -6,8 +6,11 @@ neither of those imports the other's caller.
 
 from __future__ import annotations
 
+import importlib
+
 from omegaconf import DictConfig
 
+from platforms import verl_selectors
 from platforms.stacks import Stack
 from recipes.launch.planning import verl_keys, verl_values
 
@@ -23,6 +26,11 @@ def check_values(cfg: DictConfig, stack: Stack) -> list[str]:
     ):  # not this verl's, or not an RL config
         return []
     from recipes.launch.planning.compose import quiet
+
+    if stack.verl.has_platform_registry:  # kit: as verl imports it first in every process (verl/__init__.py:40-43):
+        # with VERL_PLATFORM=cpu (the cpu platform's env, sourced or set by the smoke) verl's registry has no "cpu"
+        # until the kit's plugin registers it, and verl's constructors asked here raise "Unknown platform 'cpu'"
+        importlib.import_module(verl_selectors.MODULE)
 
     problems: list[str] = []
     parts = (
