@@ -193,7 +193,7 @@ class CpuPlatform(Platform):
         rl = [self.kv_cache_space(environ)] if phase == "rl" else []
         return (
             [
-                self.rl_threads(stack) if phase == "rl" and e.name == THREADS_ENV else e
+                self.rl_threads(stack, e) if phase == "rl" and e.name == THREADS_ENV else e
                 for e in select(self.env_table, phase)
             ]
             + rl
@@ -203,10 +203,9 @@ class CpuPlatform(Platform):
         )
 
     @staticmethod
-    def rl_threads(stack: Stack) -> EnvVar:
-        """OMP_NUM_THREADS for RL: the table's one per process, or, on a stack that trains RL on fewer ranks than
-        this machine's cores, the cores over those ranks (verl_selectors.rl_threads)."""
-        entry = dict((e.name, e) for _, e in ENV_TABLE)[THREADS_ENV]
+    def rl_threads(stack: Stack, entry: EnvVar) -> EnvVar:
+        """OMP_NUM_THREADS for RL: the table's ``entry`` (one per process), or, on a stack that trains RL on fewer
+        ranks than this machine's cores, the cores over those ranks (verl_selectors.rl_threads)."""
         threads = verl_selectors.rl_threads(stack.verl.has_platform_registry, len(os.sched_getaffinity(0)))
         if threads is None:
             return entry

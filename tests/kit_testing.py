@@ -508,3 +508,15 @@ def needs_verl_09() -> object:
         not (version or "").startswith("0.9."),
         reason=f"stack 0.9.1's tests: this interpreter has verl {version} (run them with .venv-0.9.1's python)",
     )
+
+
+def refused_in_one_line(argv: list[str], timeout: int = 300) -> str:
+    """Run a kit command from the repo root with this interpreter as the kit's python; it must refuse before any
+    work: exit 2, nothing on stdout, one line on stderr, which is returned."""
+    proc = subprocess.run(
+        argv, cwd=REPO_ROOT, env=kit_env(KIT_PYTHON=sys.executable), capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    return lines[0]

@@ -15,13 +15,11 @@ Runs under the current stack's interpreter (``bash scripts/test.sh --stack 0.9.1
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from dry_run_cases import Case, foreign_patches, run_case
-from kit_testing import REPO_ROOT, kit_env, needs_verl_09
+from kit_testing import needs_verl_09, refused_in_one_line
 
 pytestmark = needs_verl_09()
 
@@ -113,20 +111,9 @@ def test_row3_the_stacks_verl_has_neither_bug() -> None:
     ],
 )
 def test_row4_a_legacy_key_is_refused_in_one_line(recipe: str, override: str, reads: str) -> None:
-    proc = subprocess.run(
-        ["bash", f"recipes/run_{recipe}_npu.sh", *RUN, override],
-        cwd=REPO_ROOT,
-        env=kit_env(KIT_PYTHON=sys.executable),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
+    line = refused_in_one_line(["bash", f"recipes/run_{recipe}_npu.sh", *RUN, override])  # exit 2, stdout empty
     key = override.lstrip("+").split("=", 1)[0]
-    assert f"{key}" in lines[0] and "verl 0.9.1" in lines[0] and reads in lines[0], lines[0]
-    assert proc.stdout == ""
+    assert f"{key}" in line and "verl 0.9.1" in line and reads in line, line
 
 
 def _legacy_leaves() -> list[str]:
