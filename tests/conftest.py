@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import unpatched_proof
 from fault_index import fault_tests
 from kit_testing import UnpatchedVerl, extract_verl, interpreter_stack, unpatched_tag, verl_tree, verl_without_patch
 
@@ -60,8 +62,10 @@ OPT_IN_MARKERS = {
     # on a real model, each seen failing that run when its capability was broken: the async tool agent loop through
     # vLLM's server and rollout traces to mlflow (the main job runs with --trace), the weight sync (with only the first
     # update reaching vLLM the main job stayed at val acc 0.52 -> 0.52, tool calls 53% -> 52%: did NOT learn). ~9 min
-    # of CI; kept as sharper diagnoses. Not tests/cpu/test_cpu_grpo_prefix_groups.py: the main job ran two RL steps
-    # with vLLM's prefix caching on (its ~90-token prompts fill no 128-token block), so only that run guards it.
+    # of CI; kept as sharper diagnoses. Issue 51 added tests/cpu/test_cpu_grpo_prefix_groups.py (~2 min): the main
+    # job's ~90-token prompts fill no 128-token block, so it would not crash with prefix caching on, but each main job
+    # now checks that its engine started with it off (tests/kit_main_job.py), and that file shows the crash on demand.
+    # And tests/cpu/test_cpu_sft.py (~35 s): the main job's sft and merge stages run the same trainer and merger.
     "covered_e2e": (
         "an end-to-end run whose capability the main job's run proves too (~3-5 min) runs with "
         "`bash scripts/test.sh -m covered_e2e` (`--stack 0.9.1` first for the current stack's); the default run "
@@ -126,6 +130,71 @@ def _mark_fault_tests(items: list[pytest.Item], selecting_faults: bool) -> None:
             item.add_marker(pytest.mark.skip(reason=E2E_FAULTS_OPT_IN))
 
 
+def _names_marker(markexpr: str, marker: str) -> bool:
+    """Whether ``-m`` asks for ``marker`` itself (``unpatched_e2e`` and ``not unpatched`` do not name ``unpatched``)."""
+    return bool(re.search(rf"(?<!not )\b{marker}\b", markexpr))
+
+
+def _mark_unpatched(items: list[pytest.Item], markexpr: str) -> None:
+    """Mark ``unpatched`` the tests that ask for an unpatched verl; a plain run skips them while their inputs are the
+    ones last proved (tests/unpatched_proof.py). The end-to-end ones keep their own opt-in (``unpatched_e2e``)."""
+    chosen = [
+        item
+        for item in items
+        if unpatched_proof.asks_for_unpatched_verl(getattr(item, "fixturenames", ()))
+        and "unpatched_e2e" not in item.keywords
+    ]
+    if not chosen:
+        return
+    asked = _names_marker(markexpr, unpatched_proof.MARKER)
+    reason = None if asked else unpatched_proof.skip_reason(interpreter_stack().name)
+    for item in chosen:
+        item.add_marker(getattr(pytest.mark, unpatched_proof.MARKER))
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+class _UnpatchedTally:
+    """This stack's unpatched tests' outcomes, seen where reports arrive (xdist's controller too)."""
+
+    def __init__(self) -> None:
+        self.passed = self.failed = self.skipped = 0
+
+    def add(self, report: pytest.TestReport) -> None:
+        if unpatched_proof.MARKER not in report.keywords:
+            return
+        path = report.nodeid.split("::")[0]
+        if unpatched_proof.owning_stack(path) != interpreter_stack().name:
+            return  # another stack's test, skipped in this venv
+        if report.failed:
+            self.failed += 1
+        elif report.skipped:
+            self.skipped += 1
+        elif report.when == "call" and report.passed:
+            self.passed += 1
+
+
+_TALLY = _UnpatchedTally()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _TALLY.add(report)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """``-m unpatched`` over the whole suite, every one of this stack's unpatched tests passed: record the proof."""
+    config = session.config
+    if hasattr(config, "workerinput") or not _names_marker(config.getoption("markexpr") or "", "unpatched"):
+        return
+    stack = interpreter_stack()
+    roots = {TESTS_DIR, *([TESTS_DIR.parent / stack.tests_dir] if stack.tests_dir else [])}
+    whole = not config.getoption("keyword") and all(Path(arg).resolve() in roots for arg in config.args)
+    tally = _TALLY
+    if exitstatus == 0 and whole and tally.passed and not (tally.failed or tally.skipped):
+        entry = unpatched_proof.record_proof(stack.name, tally.passed)
+        print(f"\nunpatched runs proved: {entry} ({unpatched_proof.RECORD})")
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest's own -m deselection, which reads the serial marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark the :data:`SERIAL_FILES` tests ``serial`` and the fault index's tests ``faults``; skip opt-in tests unless
@@ -135,6 +204,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.serial)
     markexpr = config.getoption("markexpr") or ""
     _mark_fault_tests(items, "faults" in markexpr.replace("not faults", ""))
+    _mark_unpatched(items, markexpr)
     for marker, reason in OPT_IN_MARKERS.items():
         if marker in markexpr.replace(f"not {marker}", ""):
             continue

@@ -21,6 +21,8 @@ from kit_testing import REPO_ROOT, kit_env
 from platforms import CPU, stacks
 
 PIPELINE_STAGES = ["env", "model", "data", "sft", "merge", "tool-call check", "sandbox", "rl", "eval", "plots"]
+# the learning check: no tool-call check (its validation before RL measures the rate, recipes/smoke/learn.py), a verdict
+LEARN_STAGES = [*(name for name in PIPELINE_STAGES if name != "tool-call check"), "learn"]
 PLOTS = {"val_acc", "reward", "response_length", "turns", "step_time", "overview"}
 
 
@@ -76,6 +78,8 @@ def check_sft_learned_the_tool_call_format(run: dict) -> None:
     assert len(losses) >= 10 and all(math.isfinite(x) for x in losses), losses
     assert losses[-1] < 0.5 * losses[0], f"SFT loss did not fall: {losses[0]} -> {losses[-1]}"
     assert summary["tool_call_rate"] > 0, "the SFT model never emitted a well-formed <tool_call>"
+    if summary["task"] == "learn":  # measured by the validation before RL, not by a check stage
+        assert summary["tool_call_rate"] == summary["tool_call_rate_before"], summary
 
 
 def check_rl_executed_tool_calls_in_the_sandbox(run: dict, rl_steps: int) -> None:
@@ -85,8 +89,10 @@ def check_rl_executed_tool_calls_in_the_sandbox(run: dict, rl_steps: int) -> Non
     # vLLM's CPU build where the venv has it (CI requires it), else the hf rollout; on the stack the run served
     engine = CPU.rollout_engine(stacks.get(summary["stack"]))
     assert (summary["rollout_engine"], summary["rollout_engine_version"]) == (engine.name, engine.version), summary
-    if engine.name == "vllm":  # the calls came through verl's vLLM async server
-        assert "vLLMHttpServer" in (run["out"] / "logs" / "rl.log").read_text()
+    if engine.name == "vllm":  # the calls came through verl's vLLM async server, without prefix caching
+        rl_log = (run["out"] / "logs" / "rl.log").read_text()
+        assert "vLLMHttpServer" in rl_log
+        check_rollout_engine_ran_without_prefix_caching(rl_log)
     assert summary["rl_tool_calls"] >= 1
     assert summary["sandbox"]["calls"] >= 1 and summary["sandbox"]["failures"] == 0, summary["sandbox"]
     rl = next(s for s in summary["stages"] if s["name"] == "rl")["details"]
@@ -94,6 +100,23 @@ def check_rl_executed_tool_calls_in_the_sandbox(run: dict, rl_steps: int) -> Non
     assert all(math.isfinite(x) for x in rl["pg_loss"])
     assert rl["val_core"], "no validation metrics (val_before_train)"
     assert rl["rollout_tool_rounds"] + rl["val_tool_rounds"] >= 1
+
+
+#: What the rollout engine itself logs when it starts with prefix caching off: vLLM 0.11's engine config (0.6.1) and
+#: the argument list verl 0.9.1's vLLMHttpServer prints (vLLM 0.23, whose config line VLLM_LOGGING_LEVEL=WARN hides).
+#: The launch's own ``rollout.enable_prefix_caching=False`` override (after a ".") is not the engine's word for it.
+ENGINE_PREFIX_CACHING_OFF = re.compile(r"(?<![.\w])enable_prefix_caching=False\b|'--no-enable_prefix_caching'")
+ENGINE_PREFIX_CACHING_ON = re.compile(r"(?<![.\w])enable_prefix_caching=True\b|'--enable_prefix_caching'")
+
+
+def check_rollout_engine_ran_without_prefix_caching(rl_log: str) -> None:
+    """The cpu platform's RL setting (CpuPlatform.vllm_prefix_caching) reached the engine that served the rollouts
+    (patch 0026 on 0.6.1): vLLM's CPU build with prefix caching on died in IPEX's decode kernel on GRPO groups that
+    share a cached first block (tests/cpu/test_cpu_grpo_prefix_groups.py, opt-in since issue 51: this check guards the
+    setting on every main job, that file the crash it avoids)."""
+    on = ENGINE_PREFIX_CACHING_ON.search(rl_log)
+    assert not on, f"a rollout engine started with prefix caching on (rl.log): ...{rl_log[on.start() - 200 : on.end()]}"
+    assert ENGINE_PREFIX_CACHING_OFF.search(rl_log), "the rollout engine did not log prefix caching off (rl.log)"
 
 
 def check_sandbox_stopped(run: dict) -> None:

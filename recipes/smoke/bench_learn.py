@@ -401,7 +401,7 @@ def describe(runs: Sequence[Run], selected: Sequence[str], out: Path, seed: int)
         lines += [f"  env {key}={value}" for key, value in sorted(run.changes.items())]
         lines.append("  $ " + shlex.join(run.argv))
         if run.name == SHIPPED:
-            lines.append("  stages: all (model, data, SFT, merge, tool-call check, sandbox, RL, eval, plots, learn)")
+            lines.append("  stages: all (model, data, SFT, merge, sandbox, RL, eval, plots, learn)")
             lines.append(f"  evidence: no {MARKER!r} line in {run.out / 'logs' / 'rl.log'}")
         else:
             lines.append(f"  stages: reuse (copies {out / SHIPPED}'s data/ and sft/), sandbox, RL, eval, plots, learn")

@@ -31,7 +31,8 @@ RL_RECIPE = catalog.get("qwen3_4b_dapo")
 #: Set for helper processes only (kit_env); a trainer's value comes from its platform's environment.
 HELPER_ONLY_ENV = ("TORCH_DEVICE_BACKEND_AUTOLOAD",)
 
-STAGES = ("model", "data", "sft", "merge", "tool-call check", "sandbox", "rl", "eval", "plots")
+CHECK_STAGE = "tool-call check"  # left out where Sizes.check_samples is 0 (the learning check)
+STAGES = ("model", "data", "sft", "merge", CHECK_STAGE, "sandbox", "rl", "eval", "plots")
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class Sizes:
     sft_epochs: int  # steps / (rows / batch): verl's cosine schedule spans epochs x steps per epoch
     rl_steps: int
     rl_test_freq: int  # validation after step N (plus the one before training); -1: only before training
-    check_samples: int  # sampled completions per prompt for the tool-call rate
+    check_samples: int  # sampled completions per prompt for the tool-call check's rate; 0: no check stage
 
 
 # Measured on 2 cores: after 72 SFT steps the model still breaks the JSON of its calls (0/16 well-formed), after 96

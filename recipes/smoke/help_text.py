@@ -47,8 +47,9 @@ docs/measurements/fast_091.yaml); the learning check: 17.1 min (docs/measurement
 }
 
 BODY = """\
-Stages: model -> data -> SFT -> merge -> tool-call check -> sandbox -> RL -> eval -> plots (-> learn), with the real
-trainers. Default: the learning check on SmolLM2-135M-Instruct (built from the pinned PyPI wheel once;
+Stages: model -> data -> SFT -> merge (-> tool-call check) -> sandbox -> RL -> eval -> plots (-> learn), with the
+real trainers; the tool-call check only with --fast/--tiny (the learning check's validation before RL measures it).
+Default: the learning check on SmolLM2-135M-Instruct (built from the pinned PyPI wheel once;
 {learn}),
 judged: exit 1 with "did NOT learn" when validation accuracy and tool use do not rise. --fast/--tiny: the pipeline
 check on a tiny random model (no downloads). Prints a final table (stage, ok/failed, seconds, key metric) and writes
@@ -84,7 +85,8 @@ def describe(smoke: Any) -> str:
         f"[smoke] dry run: platform {smoke.profile.platform.name}, hardware profile {smoke.profile.name}, scale "
         f"smoke, rollout {smoke.rollout_engine().label()}, python {sys.executable}; out {smoke.out}; nothing is "
         "started",
-        f"[smoke] in-process stages: model ({_model_label(smoke)}), tool-call check (sampling on CPU)"
+        f"[smoke] in-process stages: model ({_model_label(smoke)})"
+        + (", tool-call check (sampling on CPU)" if smoke.sizes.check_samples else "")
         if smoke.from_sft is None
         else f"[smoke] in-process stage: reuse (copies data/, sft/hf_merged/ and sft/tensorboard/ of {smoke.from_sft})",
     ]

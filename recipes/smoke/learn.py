@@ -42,7 +42,10 @@ LEARN_SFT_MAX_LENGTH = 192
 #: held-out products before training and after the last step: the judge reads those two (a validation after step 2
 #: as well cost 36 s of a 10-minute run: issue 42, docs/main-job.md). Measured (seed 0, 2 cores, 6 steps then): val
 #: acc 0.52 -> 0.94 after 2 steps -> 0.98 after 4 and 6, at ~140 s a step; 6 steps made the run 24 minutes.
-LEARN = Sizes(sft_steps=16, sft_epochs=2, rl_steps=4, rl_test_freq=4, check_samples=1)
+#: No tool-call check stage (check_samples 0, issue 51): the validation before RL measures the SFT model's tool-call
+#: rate on all 64 held-out prompts through the rollout engine (tool_call_rate_before); the check's HF sampling of 16
+#: prompts measured it again in 43-54 s of each run (docs/measurements/learn_091.yaml, 2 cores).
+LEARN = Sizes(sft_steps=16, sft_epochs=2, rl_steps=4, rl_test_freq=4, check_samples=0)
 LEARN_SFT_OVERRIDES = (
     f"data.max_length={LEARN_SFT_MAX_LENGTH}",
     "data.truncation=error",

@@ -41,7 +41,7 @@ from platforms.cpu_info import cpu_info
 from platforms.stacks import Stack
 from recipes.launch.supervision.trace import rollout_traces
 from recipes.retool.generations import tool_rounds
-from recipes.smoke.commands import FAST, SCALE, STAGES, Sizes, SmokeCommands
+from recipes.smoke.commands import CHECK_STAGE, FAST, SCALE, STAGES, Sizes, SmokeCommands
 from recipes.smoke.progress import (
     RL_STEP_TIME,
     SFT_STEP_MARK,
@@ -294,8 +294,11 @@ class Smoke(SmokeCommands):
             self.stage_plots,
         ]
         steps = list(zip(STAGES, fns, strict=True))
+        if not self.sizes.check_samples:  # the learning check: its validation before RL measures the rate (learn.LEARN)
+            steps = [(name, fn) for name, fn in steps if name != CHECK_STAGE]
         if self.from_sft is not None:  # an earlier run's data and SFT model stand in for the stages before the sandbox
-            steps = [(REUSE_STAGE, self.stage_reuse), *steps[STAGES.index("sandbox") :]]
+            after_sft = STAGES.index("sandbox")
+            steps = [(REUSE_STAGE, self.stage_reuse), *(s for s in steps if STAGES.index(s[0]) >= after_sft)]
         return [*steps, ("learn", self.stage_learn)] if self.task.judges_learning else steps
 
     def run(self) -> int:

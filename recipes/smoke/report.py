@@ -66,6 +66,7 @@ def summary(
     rl = stages["rl"].details if "rl" in stages else {}
     sft = stages["sft"].details if "sft" in stages else {}
     check = stages["tool-call check"].details if "tool-call check" in stages else {}
+    learned = stages["learn"].details if "learn" in stages else {}
     return {
         "ok": failed is None,
         "failed_stage": failed,
@@ -89,13 +90,14 @@ def summary(
         "sft_seconds_per_step": sft.get("seconds_per_step"),
         "rl_seconds_per_step": rl.get("seconds_per_step"),
         "rl_first_step_s": rl.get("first_step_s"),
-        "tool_call_rate": check.get("rate"),
+        # the SFT model's tool-call rate: the check's, else (the learning check, no check stage) its validation's
+        "tool_call_rate": check.get("rate", learned.get("tool_call_rate_before")),
         "rl_tool_calls": rl.get("tool_calls_executed", 0),
         "rl_reward_mean": rl.get("reward_mean", []),
         "rollout_traces": rl.get("rollout_traces"),
         "sandbox": stages["sandbox"].details.get("counters") if "sandbox" in stages else None,
         # the learning check (--learn): val_acc_before/after, tool_call_rate_before/after, rl_steps, the curve
-        **(stages["learn"].details if "learn" in stages else {}),
+        **learned,
     }
 
 

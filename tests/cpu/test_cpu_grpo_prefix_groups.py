@@ -103,6 +103,9 @@ def grpo_overrides(data: Path, reward: Path, ckpt: Path) -> list[str]:
     ]
 
 
+# Issue 51: opt-in. Every main job checks that its rollout engine started with prefix caching off (both stacks:
+# tests/kit_main_job.py check_rollout_engine_ran_without_prefix_caching); this run shows the crash it avoids.
+@pytest.mark.covered_e2e
 def test_grpo_groups_without_a_shared_first_block(tmp_path: Path) -> None:
     require_vllm()
     assert f"{RL_PREFIX_CACHING_KEY}=False" in CPU.verl_overrides("rl", interpreter_stack()), (

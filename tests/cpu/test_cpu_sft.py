@@ -74,6 +74,9 @@ def _run(cmd: list[str], log: Path, timeout: float) -> float:
     return wall
 
 
+# Issue 51: opt-in; the main job's sft and merge stages run verl's multi-turn SFT trainer (2 ranks, FSDP2, remove-
+# padding, the same patches) and the merger on tool-calling trajectories, on each stack (tests/kit_main_job.py).
+@pytest.mark.covered_e2e
 def test_cpu_sft_multiturn_tools_and_merge(tmp_path: Path) -> None:
     model = tiny_model_dir()
     data = _write_sft_data(tmp_path / "retool_sft.parquet")

@@ -24,12 +24,13 @@ from platforms import PROFILES
 from platforms.cli_errors import UsageError
 from platforms.stacks import REFERENCE
 from recipes.smoke import cli, sabotage
+from recipes.smoke.commands import FAST, SMOKE_TASK
 from recipes.smoke.learn import LEARN, LEARN_TASK
 from recipes.smoke.pipeline import Smoke
 from recipes.smoke.report import Stage, reusable_sft_problem
 from recipes.smoke.supervisor import StageError
 
-SFT_STAGES = ("model", "data", "sft", "merge", "tool-call check")
+SFT_STAGES = ("model", "data", "sft", "merge")  # the learning check has no tool-call check
 
 
 def _earlier_run(root: Path, task: str = "learn", failed: str | None = None) -> Path:
@@ -209,3 +210,13 @@ def test_the_flipped_reward_negates_the_score_only(
     reward.compute_score("src", "answer", "7")
     assert capsys.readouterr().out.count(sabotage.REWARD_SIGN.marker) == 1
     assert os.path.samefile(reward.__file__, sabotage.REWARD_FILE)
+
+
+def test_the_learning_check_has_no_tool_call_check_stage(tmp_path: Path) -> None:
+    """Issue 51: the learning check's validation before RL measures the SFT model's tool-call rate on all its held-out
+    prompts, so the 16-prompt HF sampling stage is left out there; the pipeline check on the tiny model keeps it."""
+    learn = Smoke(tmp_path / "learn", LEARN, PROFILES["cpu"], REFERENCE, task=LEARN_TASK)
+    names = [name for name, _ in learn.steps()]
+    assert names == ["model", "data", "sft", "merge", "sandbox", "rl", "eval", "plots", "learn"]
+    fast = Smoke(tmp_path / "fast", FAST, PROFILES["cpu"], REFERENCE, task=SMOKE_TASK)
+    assert "tool-call check" in [name for name, _ in fast.steps()]

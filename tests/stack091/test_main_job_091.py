@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from kit_main_job import PIPELINE_STAGES, check_pipeline, run_smoke
+from kit_main_job import LEARN_STAGES, PIPELINE_STAGES, check_pipeline, run_smoke
 from kit_testing import needs_verl_09
 
 from recipes.smoke.commands import FAST
@@ -66,7 +66,7 @@ def test_no_tool_output_was_trained_on_on_091(learned: dict) -> None:
 
 @pytest.mark.learn_091
 def test_every_stage_of_the_pipeline_on_091(learned: dict) -> None:
-    check_pipeline(learned, [*PIPELINE_STAGES, "learn"], LEARN.sft_steps, LEARN.rl_steps, {"product"})
+    check_pipeline(learned, LEARN_STAGES, LEARN.sft_steps, LEARN.rl_steps, {"product"})
 
 
 @pytest.mark.learn_091
