@@ -42,8 +42,9 @@ from platforms.stacks import Stack  # noqa: E402
 from recipes.smoke import speed  # noqa: E402
 
 RUNS = ("previous", "current")
-#: The patch the previous settings run without (its commit's parent in the patched tree is the verl they run).
-PREVIOUS_WITHOUT_PATCH = "0030"
+#: The previous settings run verl without the patch that skips the old log-prob pass of an on-policy update and the
+#: ones after it (0.6.1's 0030, 0.9.1's 0014): found in each stack's series by this part of its file name.
+PREVIOUS_WITHOUT = "skip-the-old-log-prob-pass"
 PREVIOUS_OVERRIDES = (
     "--sft-override",
     "model.attn_implementation=sdpa",
@@ -53,13 +54,14 @@ PREVIOUS_OVERRIDES = (
 
 
 def previous_verl(out: Path, stack: Stack) -> Path:
-    """A copy of ``stack``'s patched verl tree without patch 0030 and the ones after it (``git worktree`` at its
-    parent), made once under ``out``: the verl the previous settings run, first on PYTHONPATH."""
+    """A copy of ``stack``'s patched verl tree without its old-log-prob skip and the patches after it (``git
+    worktree`` at its parent), made once under ``out``: the verl the previous settings run, first on PYTHONPATH."""
     dest = out / "verl-previous"
     if (dest / "verl" / "__init__.py").is_file():
         return dest
     tree = stack.verl_tree
-    subject = _patch_subject(previous_patch(stack))
+    patch = previous_patch(stack)
+    subject = _patch_subject(patch)
     commit = subprocess.run(
         ["git", "-C", str(tree), "log", "--format=%H", "-F", f"--grep={subject}", "-1"],
         capture_output=True,
@@ -67,19 +69,19 @@ def previous_verl(out: Path, stack: Stack) -> Path:
         check=True,
     ).stdout.strip()
     if not commit:
-        raise UsageError(f"no commit of patch {PREVIOUS_WITHOUT_PATCH} in {tree}", "bash scripts/test.sh builds it")
+        raise UsageError(f"no commit of {patch.name} in {tree}", "bash scripts/test.sh builds it")
     subprocess.run(["git", "-C", str(tree), "worktree", "add", "--detach", str(dest), f"{commit}~1"], check=True)
     return dest
 
 
 def previous_patch(stack: Stack) -> Path:
-    """Patch 0030 in ``stack``'s series: the previous settings are the verl without it. A series without it (verl
-    0.9.1 runs the old log-prob pass as released) has no previous run: one line, before anything runs."""
-    found = sorted(stack.patch_dir.glob(f"{PREVIOUS_WITHOUT_PATCH}-*.patch"))
+    """The patch of ``stack``'s series that skips the old log-prob pass: the previous settings are the verl without
+    it. A series without one has no previous run: one line, before anything runs."""
+    found = sorted(stack.patch_dir.glob(f"[0-9][0-9][0-9][0-9]-*{PREVIOUS_WITHOUT}*.patch"))
     if not found:
         raise UsageError(
-            f"stack {stack.name}'s series ({stack.patch_subdir}/) has no patch {PREVIOUS_WITHOUT_PATCH}: no previous "
-            "settings to run",
+            f"stack {stack.name}'s series ({stack.patch_subdir}/) has no patch named *{PREVIOUS_WITHOUT}*: no "
+            "previous settings to run",
             f"--only current{stack.cli_option}",
         )
     return found[0]
@@ -116,58 +118,105 @@ def run_one(run: str, out: Path, seed: int, stack: Stack) -> int:
         return subprocess.run(argv, env=env, stdout=handle, stderr=subprocess.STDOUT).returncode
 
 
-def report(out: Path) -> int:
-    """The table of the runs under ``out`` (printed, and written as .md and .json)."""
-    found = {run: speed.read_run(out / run, run) for run in RUNS if (out / run / "summary.json").is_file()}
+def stack_out(out: Path, stack: Stack, every: bool) -> Path:
+    """Where ``stack``'s runs go: ``OUT`` for one stack (as before), ``OUT/<stack>`` with ``--all-stacks``."""
+    return out / stack.name if every else out
+
+
+def _table(out: Path, stack: Stack) -> tuple[str, dict, list[speed.RunSpeed]]:
+    """One stack's table of its runs under ``out`` (previous against current), its JSON and its runs."""
+    found = {
+        run: speed.read_run(out / run, f"{run} ({stack.name})")
+        for run in RUNS
+        if (out / run / "summary.json").is_file()
+    }
     if "current" not in found:
         raise UsageError(f"no finished current run under {out}", "run the bench without --analyze first")
-    machine = found["current"].machine or cpu_info()
+    table = speed.render(found.get("previous"), found["current"])
+    return table, speed.as_json(found.get("previous"), found["current"]), list(found.values())
+
+
+def report(out: Path, chosen: list[Stack], every: bool) -> int:
+    """The tables of the runs under ``out``: each stack's previous against current, and with several stacks each
+    other stack's current run against the reference's (ratio: reference seconds / that stack's), printed and written
+    as .md and .json."""
+    sections, payload, runs = [], {}, []
+    for stack in chosen:
+        table, data, found = _table(stack_out(out, stack, every), stack)
+        sections.append((f"stack {stack.name}: previous settings against current", table))
+        payload[stack.name] = data
+        runs += found
+    reference = speed.read_run(stack_out(out, chosen[0], every) / "current", f"{chosen[0].name} current")
+    for other in chosen[1:]:
+        theirs = speed.read_run(stack_out(out, other, every) / "current", f"{other.name} current")
+        sections.append(
+            (f"stack {other.name} against the reference {chosen[0].name} (same run)", speed.render(reference, theirs))
+        )
+        payload[f"{other.name} vs {chosen[0].name}"] = speed.as_json(reference, theirs)
+    machine = runs[0].machine or cpu_info()
     flags = ", ".join(f"{flag} {'yes' if on else 'no'}" for flag, on in machine.get("flags", {}).items())
     head = f"CPU: {machine.get('model')}, {machine.get('cores')} cores; {flags}"
-    table = speed.render(found.get("previous"), found["current"])
-    text = f"{head}\n\n{table}\n"
-    print(text)
-    (out / "bench_learn_speed.md").write_text(f"{head}\n\n```\n{table}\n```\n")
-    payload = {"machine": machine, **speed.as_json(found.get("previous"), found["current"])}
-    (out / "bench_learn_speed.json").write_text(json.dumps(payload, indent=2) + "\n")
-    return EXIT_OK if all(found[run].learned for run in found) else EXIT_FAILED
+    text = "\n\n".join([head, *(f"{title}\n\n{table}" for title, table in sections)])
+    print(text + "\n")
+    md = "\n\n".join([head, *(f"## {title}\n\n```\n{table}\n```" for title, table in sections)])
+    (out / "bench_learn_speed.md").write_text(md + "\n")
+    (out / "bench_learn_speed.json").write_text(json.dumps({"machine": machine, **payload}, indent=2) + "\n")
+    return EXIT_OK if all(run.learned for run in runs) else EXIT_FAILED
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bench_learn_speed.py",
         description="The learning check with the previous settings and as shipped: seconds per stage and RL phase, "
-        "achieved GFLOPS, speed-ups (issue 42).",
+        "achieved GFLOPS, speed-ups (issue 42); with --all-stacks on every stack in one run, each stack's current run "
+        "also set against the reference's (issue 51).",
     )
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "build" / "bench_learn_speed", help="%(default)s")
-    parser.add_argument("--seed", type=int, default=0, help="the learning check's --seed for both runs (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="the learning check's --seed for every run (default 0)")
     parser.add_argument("--only", choices=RUNS, action="append", help="run only this one (repeatable)")
+    parser.add_argument(
+        "--all-stacks",
+        action="store_true",
+        help=f"the runs on every stack ({', '.join(stacks.names())}; the reference first), under OUT/<stack>/",
+    )
     parser.add_argument("--analyze", action="store_true", help="run nothing: the table of the runs in --out")
     parser.add_argument("--dry-run", action="store_true", help="print each run's command; start nothing")
     add_stack_option(parser)  # its verl tree (the previous run's base) and every smoke.sh's --stack
     return parser
 
 
+def chosen_stacks(args: argparse.Namespace) -> list[Stack]:
+    """The stacks the bench serves, the reference first: every one with --all-stacks, else the --stack one."""
+    if args.all_stacks:
+        if args.stack:
+            raise UsageError("--all-stacks and --stack name the stacks twice", "give one of them")
+        return sorted(stacks.STACKS.values(), key=lambda stack: not stack.is_default)
+    return [stacks.resolve(args.stack)]
+
+
 @entry_point("bench_learn_speed")
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    stack = stacks.export(stacks.resolve(args.stack))  # once, here: the verl tree and every run's --stack
+    chosen = chosen_stacks(args)  # once, here: each stack's verl tree and its runs' --stack
+    every = args.all_stacks
     out = args.out.resolve()
     selected = [] if args.analyze else (args.only or list(RUNS))
     check_writable("--out", out, folder=True)  # the dry run too: it must not pass where the run fails
     if "previous" in selected:
-        previous_patch(stack)  # a series without patch 0030 has no previous run: said before anything starts
-    if args.dry_run:
+        for stack in chosen:
+            previous_patch(stack)  # a series without the skip has no previous run: said before anything starts
+    for stack in chosen:
+        folder = stack_out(out, stack, every)
         for run in selected:
-            extra = f"PYTHONPATH={out / 'verl-previous'} (verl without patch {PREVIOUS_WITHOUT_PATCH}) " * (
-                run == "previous"
-            )
-            print(f"{run}: {extra}{' '.join(command(run, out, args.seed, stack))}")
-        return EXIT_OK
-    for run in selected:
-        status = run_one(run, out, args.seed, stack)
-        print(f"[bench] {run}: exit {status}", flush=True)
-    return report(out)
+            if args.dry_run:
+                extra = f"PYTHONPATH={folder / 'verl-previous'} (verl without {previous_patch(stack).name}) " * (
+                    run == "previous"
+                )
+                print(f"{stack.name} {run}: {extra}{' '.join(command(run, folder, args.seed, stack))}")
+                continue
+            status = run_one(run, folder, args.seed, stacks.export(stack))
+            print(f"[bench] {stack.name} {run}: exit {status}", flush=True)
+    return EXIT_OK if args.dry_run else report(out, chosen, every)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ them into seconds and achieved GFLOPS:
 
 Attention's own FLOPs (4 x layers x hidden x tokens per token of context, ~3% at these ~150-token sequences) are left
 out, so every figure is a slight underestimate. ``scripts/bench_learn_speed.py`` runs the check with the previous
-settings and the current ones in one run and prints both with their ratio.
+settings and the current ones, on one stack or on every stack, in one run and prints both with their ratio.
 """
 
 from __future__ import annotations
@@ -100,10 +100,13 @@ def _has(metrics: dict[str, float], phase: str) -> bool:
     return TOKENS in metrics and metrics.get(f"timing_s/{phase}", 0) > 0
 
 
-def sft_figures(sft_log: str, params: int, tokens_per_step: float) -> tuple[float | None, float | None]:
-    """(median seconds per SFT step, its GFLOPS) from the SFT trainer's log."""
+def sft_figures(
+    sft_log: str, params: int, tokens_per_step: float, measured: float | None = None
+) -> tuple[float | None, float | None]:
+    """(median seconds per SFT step, its GFLOPS) from the SFT trainer's log; ``measured`` (the pipeline's own figure,
+    from the gaps between step lines) where the trainer logs no step time (verl 0.9.1's)."""
     times = [m[SFT_STEP_TIME] for _, m in sorted(step_metrics(sft_log).items()) if SFT_STEP_TIME in m]
-    step = _median(times)
+    step = _median(times) or measured
     if step is None or step <= 0:
         return step, None
     return step, 6 * params * tokens_per_step / step / 1e9
@@ -117,7 +120,13 @@ def sft_tokens_per_step(parquet: Path, model_dir: Path, batch: int) -> float:
 
     from recipes.retool.schema import TOOL_SCHEMA
 
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    except ValueError:  # saved by another stack's transformers (5.x names its class TokenizersBackend): same files
+        from transformers import PreTrainedTokenizerFast
+
+        tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(model_dir / "tokenizer.json"))
+        tokenizer.chat_template = (model_dir / "chat_template.jinja").read_text()
     rows = pq.read_table(parquet).to_pylist()
     lengths = []
     for row in rows:
@@ -142,7 +151,8 @@ def read_run(out: Path, label: str, *, recompute: bool = True, sft_batch: int = 
     sft_log = out / "logs" / "sft.log"
     if sft_log.is_file():
         tokens = sft_tokens_per_step(out / "data" / "learn_sft.parquet", model, sft_batch)
-        speed.sft_step_s, speed.sft_gflops = sft_figures(sft_log.read_text(errors="replace"), params, tokens)
+        measured = summary.get("sft_seconds_per_step")
+        speed.sft_step_s, speed.sft_gflops = sft_figures(sft_log.read_text(errors="replace"), params, tokens, measured)
     return speed
 
 
@@ -172,13 +182,27 @@ def _rates(run: RunSpeed) -> list[tuple[str, float | None]]:
     ]
 
 
+def _merged(names: list[str], others: list[str]) -> list[str]:
+    """``names`` with each of ``others`` it lacks inserted after the name it follows in ``others``."""
+    merged = list(names)
+    for i, name in enumerate(others):
+        if name not in merged:
+            merged.insert(merged.index(others[i - 1]) + 1 if i and others[i - 1] in merged else 0, name)
+    return merged
+
+
 def render(previous: RunSpeed | None, current: RunSpeed) -> str:
-    """The table: one row per stage, per RL phase (seconds per step) and per computing phase (GFLOPS), the previous
-    settings' figure, the current one and the speed-up (previous / current seconds, current / previous GFLOPS)."""
-    rows: list[tuple[str, str, str, str]] = [("figure", "previous", "current", "speed-up")]
+    """The table: one row per stage, per RL phase (seconds per step) and per computing phase (GFLOPS), the baseline's
+    figure (``previous``: the previous settings, or the reference stack's run), the ``current`` one and the speed-up
+    (baseline / current seconds, current / baseline GFLOPS). Columns are headed by the runs' labels; a stage only one
+    run has (the tool-call check before issue 51) keeps its row."""
+    head = previous.label if previous else "previous"
+    rows: list[tuple[str, str, str, str]] = [("figure", head, current.label, "speed-up")]
     before = dict(_seconds(previous) + _rates(previous)) if previous else {}
-    for name, value in _seconds(current):
-        rows.append((name, _cell(before.get(name)), _cell(value), _ratio(before.get(name), value)))
+    now = dict(_seconds(current))
+    names = _merged(list(now), [name for name, _ in _seconds(previous)] if previous else [])
+    for name in names:
+        rows.append((name, _cell(before.get(name)), _cell(now.get(name)), _ratio(before.get(name), now.get(name))))
     for name, value in _rates(current):
         rows.append((name, _cell(before.get(name)), _cell(value), _ratio(value, before.get(name))))
     width = [max(len(row[i]) for row in rows) for i in range(4)]

@@ -9,10 +9,13 @@ stack; the SFT -> RL merge drops the trainer-only attention that verl 0.9.1 save
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from kit_testing import REPO_ROOT
+from kit_testing import REPO_ROOT, kit_env
 
 from platforms import PROFILES, stacks, verl_selectors
 from platforms.cli_errors import UsageError
@@ -130,18 +133,49 @@ def test_the_sabotage_bench_runs_on_its_stack(tmp_path: Path) -> None:
     assert not any("--stack" in run.argv for run in reference)
 
 
-def test_the_speed_bench_takes_the_stacks_tree_and_series() -> None:
-    """scripts/bench_learn_speed.py read KIT_VERL_TREE from its environment; now its stack's tree and series, and a
-    series without patch 0030 (0.9.1's) has no previous run: one line before anything runs."""
+def _speed_bench():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("bench_learn_speed", REPO_ROOT / "scripts" / "bench_learn_speed.py")
     assert spec and spec.loader
     speed = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(speed)
+    return speed
+
+
+def test_the_speed_bench_takes_the_stacks_tree_and_series(tmp_path: Path) -> None:
+    """scripts/bench_learn_speed.py read KIT_VERL_TREE from its environment; now its stack's tree and series. The
+    previous settings' verl is each series less its old-log-prob skip (found by name: 0.6.1's 0030, 0.9.1's 0014,
+    issue 51); a series without one has no previous run: one line before anything runs."""
+    speed = _speed_bench()
     reference, current = stacks.get("0.6.1"), stacks.get("0.9.1")
-    assert speed.previous_patch(reference).parent == reference.patch_dir
-    with pytest.raises(UsageError, match="stack 0.9.1's series .* has no patch 0030"):
-        speed.previous_patch(current)
+    assert speed.previous_patch(reference) == next(reference.patch_dir.glob("0030-*.patch"))
+    assert speed.previous_patch(current) == next(current.patch_dir.glob("0014-*.patch"))
+    bare = dataclasses.replace(current, patch_subdir=os.path.relpath(tmp_path, REPO_ROOT))
+    with pytest.raises(UsageError, match="stack 0.9.1's series .* has no patch named"):
+        speed.previous_patch(bare)
     assert speed.command("current", Path("/o"), 0, current)[2:4] == ["--stack", "0.9.1"]
     assert "--stack" not in speed.command("current", Path("/o"), 0, reference)
+
+
+def test_the_speed_bench_runs_every_stack_in_one_run(tmp_path: Path) -> None:
+    """Issue 51: --all-stacks plans each stack's runs, the reference first, each under OUT/<stack>/; with --stack too
+    it is refused in one line."""
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_learn_speed.py", "--all-stacks", "--dry-run", "--out", str(tmp_path)],
+        cwd=REPO_ROOT, env=kit_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "0.6.1 previous",
+        "0.6.1 current",
+        "0.9.1 previous",
+        "0.9.1 current",
+    ]
+    assert f"--out {tmp_path / '0.6.1' / 'current'} " in lines[1] and "--stack" not in lines[1]
+    assert f"--stack 0.9.1 --learn --seed 0 --out {tmp_path / '0.9.1' / 'current'} " in lines[3]
+    assert "0014-ppo-v1-trainer-skip-the-old-log-prob-pass" in lines[2] and "0030-" in lines[0]
+    both = [sys.executable, "scripts/bench_learn_speed.py", "--all-stacks", "--stack", "0.9.1", "--dry-run"]
+    refused = subprocess.run(both, cwd=REPO_ROOT, env=kit_env(), capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "name the stacks twice" in refused.stderr, refused.stderr

@@ -1,0 +1,37 @@
+"""The speed bench's table (recipes/smoke/speed.py): runs of two settings or two stacks side by side (issue 51)."""
+
+from __future__ import annotations
+
+from recipes.smoke import speed
+
+
+def _run(label: str, stages: dict[str, float], step: float, sft: float | None = None) -> speed.RunSpeed:
+    return speed.RunSpeed(label, stages=stages, rl_phase_s={"step": step}, sft_step_s=sft, total_s=sum(stages.values()))
+
+
+def test_two_stacks_are_headed_by_their_labels_with_the_speed_up() -> None:
+    reference = _run("0.6.1 current", {"sft": 200.0, "rl": 400.0}, 80.0)
+    current = _run("0.9.1 current", {"sft": 200.0, "rl": 500.0}, 76.0)
+    table = speed.render(reference, current).splitlines()
+    assert table[0].split() == ["figure", "0.6.1", "current", "0.9.1", "current", "speed-up"]
+    step = next(line for line in table if line.startswith("RL step (s/step)"))
+    assert step.split()[-3:] == ["80.0", "76.0", "x1.05"]  # the current stack's step against the reference's
+    rl = next(line for line in table if line.startswith("stage rl (s)"))
+    assert rl.split()[-1] == "x0.80"
+
+
+def test_a_stage_only_the_baseline_ran_keeps_its_row_in_place() -> None:
+    """The tool-call check before issue 51: its seconds stay visible, between merge and sandbox, with no ratio."""
+    before = _run("previous", {"sft": 1.0, "merge": 1.0, "tool-call check": 45.0, "sandbox": 1.0}, 1.0)
+    after = _run("current", {"sft": 1.0, "merge": 1.0, "sandbox": 1.0}, 1.0)
+    names = [line.split(" (s)")[0] for line in speed.render(before, after).splitlines()[2:] if line.startswith("stage")]
+    assert names == ["stage sft", "stage merge", "stage tool-call check", "stage sandbox"]
+    row = next(line for line in speed.render(before, after).splitlines() if "tool-call check" in line)
+    assert row.split()[-3:] == ["45.0", "-", "-"]
+
+
+def test_the_sft_step_falls_back_to_the_pipelines_figure() -> None:
+    """verl 0.9.1's SFT trainer logs no step time: the pipeline's own (gaps between step lines) stands in."""
+    assert speed.sft_figures("step:1 - train/loss:1.0\n", 10**8, 1000.0) == (None, None)
+    step, gflops = speed.sft_figures("step:1 - train/loss:1.0\n", 10**8, 1000.0, measured=10.0)
+    assert step == 10.0 and gflops == 6 * 10**8 * 1000.0 / 10.0 / 1e9
