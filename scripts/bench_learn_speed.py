@@ -23,6 +23,7 @@ speed-up (recipes/smoke/speed.py says how each is counted), with the CPU's model
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -123,8 +124,8 @@ def stack_out(out: Path, stack: Stack, every: bool) -> Path:
     return out / stack.name if every else out
 
 
-def _table(out: Path, stack: Stack) -> tuple[str, dict, list[speed.RunSpeed]]:
-    """One stack's table of its runs under ``out`` (previous against current), its JSON and its runs."""
+def _runs(out: Path, stack: Stack) -> dict[str, speed.RunSpeed]:
+    """``stack``'s finished runs under ``out``, read once, by run name; a current one is required."""
     found = {
         run: speed.read_run(out / run, f"{run} ({stack.name})")
         for run in RUNS
@@ -132,27 +133,27 @@ def _table(out: Path, stack: Stack) -> tuple[str, dict, list[speed.RunSpeed]]:
     }
     if "current" not in found:
         raise UsageError(f"no finished current run under {out}", "run the bench without --analyze first")
-    table = speed.render(found.get("previous"), found["current"])
-    return table, speed.as_json(found.get("previous"), found["current"]), list(found.values())
+    return found
 
 
 def report(out: Path, chosen: list[Stack], every: bool) -> int:
     """The tables of the runs under ``out``: each stack's previous against current, and with several stacks each
     other stack's current run against the reference's (ratio: reference seconds / that stack's), printed and written
     as .md and .json."""
-    sections, payload, runs = [], {}, []
+    sections, payload = [], {}
+    found = {stack.name: _runs(stack_out(out, stack, every), stack) for stack in chosen}
     for stack in chosen:
-        table, data, found = _table(stack_out(out, stack, every), stack)
-        sections.append((f"stack {stack.name}: previous settings against current", table))
-        payload[stack.name] = data
-        runs += found
-    reference = speed.read_run(stack_out(out, chosen[0], every) / "current", f"{chosen[0].name} current")
+        previous, current = found[stack.name].get("previous"), found[stack.name]["current"]
+        sections.append((f"stack {stack.name}: previous settings against current", speed.render(previous, current)))
+        payload[stack.name] = speed.as_json(previous, current)
+    reference = dataclasses.replace(found[chosen[0].name]["current"], label=f"{chosen[0].name} current")
     for other in chosen[1:]:
-        theirs = speed.read_run(stack_out(out, other, every) / "current", f"{other.name} current")
+        theirs = dataclasses.replace(found[other.name]["current"], label=f"{other.name} current")
         sections.append(
             (f"stack {other.name} against the reference {chosen[0].name} (same run)", speed.render(reference, theirs))
         )
         payload[f"{other.name} vs {chosen[0].name}"] = speed.as_json(reference, theirs)
+    runs = [run for by_name in found.values() for run in by_name.values()]
     machine = runs[0].machine or cpu_info()
     flags = ", ".join(f"{flag} {'yes' if on else 'no'}" for flag, on in machine.get("flags", {}).items())
     head = f"CPU: {machine.get('model')}, {machine.get('cores')} cores; {flags}"

@@ -154,27 +154,7 @@ def _mark_unpatched(items: list[pytest.Item], markexpr: str) -> None:
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
-class _UnpatchedTally:
-    """This stack's unpatched tests' outcomes, seen where reports arrive (xdist's controller too)."""
-
-    def __init__(self) -> None:
-        self.passed = self.failed = self.skipped = 0
-
-    def add(self, report: pytest.TestReport) -> None:
-        if unpatched_proof.MARKER not in report.keywords:
-            return
-        path = report.nodeid.split("::")[0]
-        if unpatched_proof.owning_stack(path) != interpreter_stack().name:
-            return  # another stack's test, skipped in this venv
-        if report.failed:
-            self.failed += 1
-        elif report.skipped:
-            self.skipped += 1
-        elif report.when == "call" and report.passed:
-            self.passed += 1
-
-
-_TALLY = _UnpatchedTally()
+_TALLY = unpatched_proof.Tally(interpreter_stack().name)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -184,14 +164,13 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """``-m unpatched`` over the whole suite, every one of this stack's unpatched tests passed: record the proof."""
     config = session.config
-    if hasattr(config, "workerinput") or not _names_marker(config.getoption("markexpr") or "", "unpatched"):
+    if hasattr(config, "workerinput") or not _names_marker(config.getoption("markexpr") or "", unpatched_proof.MARKER):
         return
     stack = interpreter_stack()
     roots = {TESTS_DIR, *([TESTS_DIR.parent / stack.tests_dir] if stack.tests_dir else [])}
     whole = not config.getoption("keyword") and all(Path(arg).resolve() in roots for arg in config.args)
-    tally = _TALLY
-    if exitstatus == 0 and whole and tally.passed and not (tally.failed or tally.skipped):
-        entry = unpatched_proof.record_proof(stack.name, tally.passed)
+    if exitstatus == 0 and whole and _TALLY.all_passed():
+        entry = unpatched_proof.record_proof(stack.name, _TALLY.passed)
         print(f"\nunpatched runs proved: {entry} ({unpatched_proof.RECORD})")
 
 
@@ -203,10 +182,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _is_serial(item):
             item.add_marker(pytest.mark.serial)
     markexpr = config.getoption("markexpr") or ""
-    _mark_fault_tests(items, "faults" in markexpr.replace("not faults", ""))
+    _mark_fault_tests(items, _names_marker(markexpr, "faults"))
     _mark_unpatched(items, markexpr)
     for marker, reason in OPT_IN_MARKERS.items():
-        if marker in markexpr.replace(f"not {marker}", ""):
+        if _names_marker(markexpr, marker):
             continue
         skip = pytest.mark.skip(reason=reason)
         for item in items:

@@ -19,6 +19,7 @@ import datetime
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 from platforms import stacks
 from platforms.cpu_info import cpu_info
@@ -109,3 +110,26 @@ def record_proof(stack: str, passed: int, record: Path = RECORD, root: Path = RE
     }
     record.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return data[stack]
+
+
+class Tally:
+    """One stack's unpatched tests' outcomes, counted from pytest's reports where they arrive (xdist's controller too:
+    it collects no tests, so a test is told by its ``MARKER`` keyword and its file's owning stack)."""
+
+    def __init__(self, stack: str) -> None:
+        self.stack = stack
+        self.passed = self.failed = self.skipped = 0
+
+    def add(self, report: Any) -> None:  # a pytest TestReport (this module imports no pytest)
+        if MARKER not in report.keywords or owning_stack(report.nodeid.split("::")[0]) != self.stack:
+            return  # not an unpatched test, or another stack's (skipped in this venv)
+        if report.failed:
+            self.failed += 1
+        elif report.skipped:
+            self.skipped += 1
+        elif report.when == "call" and report.passed:
+            self.passed += 1
+
+    def all_passed(self) -> bool:
+        """Some ran, and every one of them passed: what a record needs."""
+        return bool(self.passed) and not (self.failed or self.skipped)
