@@ -230,6 +230,7 @@ SFT_ROLES = (
     "attn_implementation",
     "mixed_precision",
     "lr_scheduler",
+    "checkpoint_contents",
 )
 #: The recipes' neutral node: ``sft.<role>`` for the first six roles, on either stack.
 SFT_NODE = "sft"
@@ -246,6 +247,7 @@ _SFT_KEYS_061 = {
     "attn_implementation": "model.attn_implementation",
     "mixed_precision": "model.fsdp_config.mixed_precision",
     "lr_scheduler": "optim.lr_scheduler",  # :64
+    "checkpoint_contents": "trainer.checkpoint.save_contents",  # :95 (read at verl/trainer/fsdp_sft_trainer.py:602)
 }
 _SFT_KEYS_091 = {
     # kit: verl 0.9.1 model/hf_model.yaml:10 (HFModelConfig.path)
@@ -269,6 +271,8 @@ _SFT_KEYS_091 = {
     "mixed_precision": "++engine.mixed_precision",
     # kit: verl 0.9.1 optim/fsdp.yaml:39 (FSDPOptimizerConfig.lr_scheduler_type, verl/workers/config/optimizer.py:111)
     "lr_scheduler": "optim.lr_scheduler_type",
+    # kit: verl 0.9.1 sft_trainer_engine.yaml:54 (CheckpointConfig, read at verl/trainer/sft_trainer.py:145)
+    "checkpoint_contents": "checkpoint.save_contents",
 }
 
 

@@ -54,20 +54,18 @@ EOF
   exit 0
 fi
 
-# Free disk where the venvs and models (the repo) and pytest's temporary folders (TMPDIR) live, in each phase's log:
-# CI's machine once ran out of disk in phase 2, and its free space differs run to run (docs/testing.md, "Disk").
-disk_free() {
-  local tmp=${TMPDIR:-/tmp}
-  echo "== disk ($1): $(df -Pk "$KIT_ROOT" | awk 'NR == 2 {printf "%.1f", $4 / 1048576}') GB free for the repo," \
-    "$(df -Pk "$tmp" | awk 'NR == 2 {printf "%.1f", $4 / 1048576}') GB in $tmp"
-}
-
+# shellcheck source=lib/disk.sh
+source scripts/lib/disk.sh
 # shellcheck source=lib/venv.sh
 source scripts/lib/venv.sh
 disk_free "before the venv"
+disk_start_kb=$(_kit_disk_free_kb)
+trap '[[ -z $_kit_disk_watch_pid ]] || kill "$_kit_disk_watch_pid" 2>/dev/null' EXIT
+disk_watch_start
 venv_start=$SECONDS
 kit_ensure_venv
 venv_s=$((SECONDS - venv_start))
+disk_watch_stop "the venv"
 if [[ ${1:-} == --venv ]]; then
   echo "== ${KIT_VENV##*/} ready: $KIT_PYTHON (stack $KIT_STACK); no tests run (--venv)"
   exit 0
@@ -118,20 +116,25 @@ for other in $KIT_STACKS; do
 done
 echo "== pytest, phase 1 of 3: the quick tests (${workers} worker(s)), stack $KIT_STACK"
 phase_start=$SECONDS
+disk_watch_start
 "$KIT_PYTHON" -m pytest -m "not slow and not serial" "${parallel[@]}" || status=$?
 phase1_s=$((SECONDS - phase_start))
+disk_watch_stop "phase 1"
 rc1=$status
 disk_free "after phase 1"
 echo "== pytest, phase 2 of 3: the end-to-end runs and the timing-bound tests, one at a time"
 rc=0
 phase_start=$SECONDS
+disk_watch_start
 "$KIT_PYTHON" -m pytest -m "slow or serial" || rc=$?
 phase2_s=$((SECONDS - phase_start))
+disk_watch_stop "phase 2"
 rc2=$rc
 ((rc2 > status)) && status=$rc2
 disk_free "after phase 2"
 # Phase 3: every other stack's own tests in its own venv (a fresh shell: the stack's pins replace this one's).
 phase_start=$SECONDS
+disk_watch_start
 rc=0
 for i in "${!others[@]}"; do
   other=${others[$i]}
@@ -148,7 +151,9 @@ for i in "${!others[@]}"; do
     bash "$KIT_ROOT/scripts/test.sh" --stack "$other" || rc=$?
 done
 phase3_s=$((SECONDS - phase_start))
+disk_watch_stop "phase 3"
 disk_free "after phase 3"
+disk_summary "$disk_start_kb"
 # Where CI's minutes go, one line a user and CI's log can compare run to run (wall seconds of this machine).
 echo "== test.sh wall time: venv ${venv_s} s, phase 1 ${phase1_s} s (exit ${rc1}), phase 2 ${phase2_s} s" \
   "(exit ${rc2}), phase 3 ${phase3_s} s (exit ${rc}), total $((venv_s + phase1_s + phase2_s + phase3_s)) s"

@@ -16,7 +16,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from kit_testing import REPO_ROOT, kit_env
+from kit_testing import REPO_ROOT, interpreter_stack, kit_env
 
 from platforms import CPU, stacks
 
@@ -146,6 +146,22 @@ def check_artifacts(run: dict, eval_sources: set[str]) -> None:
         assert "--hw cpu --scale smoke" in (out / "logs" / log).read_text().splitlines()[0]
     assert os.path.getsize(out / "logs" / "rl.log") > 0
     check_run_logs(out)
+    check_checkpoints_hold_the_model_only(out)
+
+
+def check_checkpoints_hold_the_model_only(out: Path) -> None:
+    """Each stage's last checkpoint holds what its hand-off reads (the model's shards, fsdp_config.json, huggingface/:
+    recipes/launch/handoffs/handoff.py check_step_dir) and no optimizer state (recipes/smoke/commands.py MODEL_ONLY):
+    the GBs CI's disk ran out of."""
+    verl = interpreter_stack().verl
+    for phase in ("sft", "rl"):
+        ckpt, layout = out / phase / "ckpt", verl.checkpoint(phase)
+        step = layout.tracker_step(ckpt)
+        assert step is not None, f"{ckpt}: no checkpoint saved: {sorted(p.name for p in ckpt.iterdir())}"
+        lost = layout.missing(layout.step_dir(ckpt, step), kinds=("model",))
+        assert not lost, f"{phase}'s checkpoint lacks what its hand-off reads: {lost}"
+        optim = sorted(str(p.relative_to(ckpt)) for p in ckpt.rglob("optim_*.pt"))
+        assert not optim, f"{phase}'s checkpoint holds the optimizer's state: {optim}"
 
 
 def check_run_logs(out: Path) -> None:

@@ -82,15 +82,17 @@ def test_the_default_run_skips_the_unpatched_end_to_end_runs_with_their_reason()
     assert "test_patched_resume_serves_the_uninterrupted_prompts" in listed.stdout
 
 
-def _fake_kit(root: Path, rc_quick: int, rc_alone: int) -> dict[str, str]:
+def _fake_kit(root: Path, rc_quick: int, rc_alone: int, alone_runs: str = "") -> dict[str, str]:
     """A copy of the test command in ``root`` whose venv is a stand-in python: it answers the venv step's questions
-    and 'runs' each pytest phase by printing its arguments and exiting with the given status."""
+    and 'runs' each pytest phase by printing its arguments and exiting with the given status (phase 2 runs the
+    shell line ``alone_runs`` first)."""
     import shutil
 
     for name in (
         "scripts/test.sh",
         "scripts/lib/venv.sh",
         "scripts/lib/stack.sh",
+        "scripts/lib/disk.sh",
         "scripts/setup_verl.sh",
         "pins.env",
         "pyproject.toml",
@@ -116,7 +118,7 @@ def _fake_kit(root: Path, rc_quick: int, rc_alone: int) -> dict[str, str]:
             f'echo "fake pytest ({stack}) $*"\n'
             + (f"exit {rc_stack}\n" if rc_stack is not None else "")
             + f'[[ " $* " == *" not slow and not serial "* ]] && exit {rc_quick}\n'
-            f"exit {rc_alone}\n"
+            f"{alone_runs}\nexit {rc_alone}\n"
         )
         (bin_dir / "python").chmod(0o755)
         (root / "build" / tree / ".git").mkdir(parents=True)
@@ -167,6 +169,32 @@ def test_the_default_run_prints_each_phases_wall_time_and_keeps_the_worse_exit(t
             rf"{rc_alone}\), phase 3 \d+ s \(exit 0\), total \d+ s",
             line,
         ), proc.stdout
+
+
+def test_the_default_run_ends_with_each_phases_lowest_free_disk(tmp_path: Path) -> None:
+    """Stop 56: CI ran out of disk and its log's tail showed only what was free at the end. The run samples the free
+    space while each phase runs and ends with every phase's lowest, so a transient low (here: phase 2 at 1 GB for a
+    second, 10 GB before and after) is in the lines CI keeps."""
+    free = tmp_path / "free_kb"
+    free.write_text(f"{10 * 2**20}\n")
+    root = tmp_path / "kit"
+    low = f"echo {2**20} > {free}; sleep 1; echo {10 * 2**20} > {free}"
+    env = _fake_kit(root, 0, 0, alone_runs=low)
+    df = root / "tools" / "df"  # the fake machine's filesystem, whose free space the fake phase 2 sets
+    df.write_text(
+        f'#!/bin/sh\necho "Filesystem 1024-blocks Used Available Capacity Mounted on"\n'
+        f'echo "fake 99999999 0 $(cat {free}) 0% /"\n'
+    )
+    df.chmod(0o755)
+    env["KIT_DISK_SAMPLE_S"] = "0.2"
+    proc = subprocess.run(["bash", "scripts/test.sh"], cwd=root, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "== disk (after phase 2): 10.0 GB free for the repo" in proc.stdout, proc.stdout
+    summary = proc.stdout.strip().splitlines()[-2]
+    assert summary == (
+        "== disk: 10.0 GB free at the start; the lowest (GB) during the venv: 10.0, phase 1: 10.0, phase 2: 1.0, "
+        "phase 3: 10.0"
+    ), proc.stdout
 
 
 def test_the_default_run_skips_the_covered_end_to_end_runs_with_their_reason() -> None:

@@ -58,6 +58,9 @@ def _dump(folder: Path, step: int, acc: list[bool], tool: list[bool]) -> None:
         (0.20, 0.30, False),  # +0.10: not enough
         (0.40, 0.56, False),  # +0.16 but 1.4x
         (0.40, 0.20, False),  # worse
+        (0.62, 0.88, True),  # x1.5 (0.93) asks more than half the errors gone (0.81): seed 1 on 0.9.1
+        (0.70, 0.84, False),  # x1.5 is 1.05: half the errors gone is 0.85
+        (0.59, 0.78, False),  # half the errors gone (0.795) is the lower bar, and missed
     ],
 )
 def test_verdict_needs_both_targets(tmp_path: Path, before: float, after: float, ok: bool) -> None:
