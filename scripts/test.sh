@@ -9,6 +9,8 @@ KIT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$KIT_ROOT"
 # shellcheck source=lib/stack.sh
 source scripts/lib/stack.sh
+# shellcheck source=lib/disk.sh
+source scripts/lib/disk.sh
 
 stack=""
 if [[ ${1:-} == --stack ]]; then
@@ -49,13 +51,13 @@ Examples:
 Without arguments it runs in three phases: the quick tests on KIT_TEST_WORKERS pytest-xdist workers (default 2,
 1 on a one-core machine: plain pytest), then the end-to-end runs and the timing-bound tests ('slow or serial',
 tests/conftest.py) one at a time, then every other stack's own tests in its venv (built in the background beside
-phase 1; its log: build/venv-<stack>.log), its learning check included. With arguments it is one plain pytest run.
+phase 1 where the disk has KIT_TEST_VENV_ROOM_GB free for it (now $KIT_TEST_VENV_ROOM_GB), else after phase 2, after removing this
+stack's venv if KIT_TEST_DROP_VENV=1 and the room is still short; its log: build/venv-<stack>.log), its learning
+check included. It ends with each phase's lowest free disk and wall time. With arguments it is one plain pytest run.
 EOF
   exit 0
 fi
 
-# shellcheck source=lib/disk.sh
-source scripts/lib/disk.sh
 # shellcheck source=lib/venv.sh
 source scripts/lib/venv.sh
 disk_free "before the venv"
@@ -103,17 +105,31 @@ status=0
 disk_free "after the venv"
 # Every other stack's venv builds beside phase 1, in the background: mostly downloads and unpacking, which wait on the
 # network and the disk while phase 1's workers use the cores (built after phase 2, .venv-0.9.1 took 153 s of CI's
-# run: docs/measurements/ci.yaml). Phase 3 waits for it and shows its log.
+# run: docs/measurements/ci.yaml). That needs room for the venv beside phases 1 and 2 (disk_room_kb: stop 56's CI run
+# ran out of disk building it there); without it, it builds after phase 2, when that phase's folders are gone, after
+# removing this stack's venv (phase 3 does not use it) where the disk still lacks the room and KIT_TEST_DROP_VENV=1
+# (.ci/run: a throwaway clone). Phase 3 waits for the build and shows its log.
 others=() builds=()
 for other in $KIT_STACKS; do
-  [[ $other == "$KIT_STACK" ]] && continue
-  others+=("$other")
-  mkdir -p "$KIT_ROOT/build"
-  env -u KIT_STACK -u KIT_VENV -u KIT_PYTHON -u KIT_VERL_TREE -u KIT_PATCH_DIR -u KIT_STACK_TESTS \
-    bash "$KIT_ROOT/scripts/test.sh" --stack "$other" --venv >"$KIT_ROOT/build/venv-$other.log" 2>&1 &
-  builds+=($!)
-  echo "== stack $other's venv: building beside phase 1 (log: build/venv-$other.log)"
+  [[ $other == "$KIT_STACK" ]] || others+=("$other")
 done
+start_builds() { # $1: when, as the log says it
+  local other
+  mkdir -p "$KIT_ROOT/build"
+  for other in "${others[@]}"; do
+    env -u KIT_STACK -u KIT_VENV -u KIT_PYTHON -u KIT_VERL_TREE -u KIT_PATCH_DIR -u KIT_STACK_TESTS \
+      bash "$KIT_ROOT/scripts/test.sh" --stack "$other" --venv >"$KIT_ROOT/build/venv-$other.log" 2>&1 &
+    builds+=($!)
+    echo "== stack $other's venv: building $1 (log: build/venv-$other.log)"
+  done
+}
+if ((${#others[@]})); then
+  if disk_has_room "${#others[@]}"; then
+    start_builds "beside phase 1"
+  else
+    echo "== the other stacks' venvs (${others[*]}): after phase 2, $(disk_room_line "${#others[@]}")"
+  fi
+fi
 echo "== pytest, phase 1 of 3: the quick tests (${workers} worker(s)), stack $KIT_STACK"
 phase_start=$SECONDS
 disk_watch_start
@@ -135,10 +151,17 @@ disk_free "after phase 2"
 # Phase 3: every other stack's own tests in its own venv (a fresh shell: the stack's pins replace this one's).
 phase_start=$SECONDS
 disk_watch_start
+if ((${#others[@]} && !${#builds[@]})); then
+  if ! disk_has_room "${#others[@]}" && [[ ${KIT_TEST_DROP_VENV:-0} == 1 ]]; then
+    echo "== removing ${KIT_VENV##*/} (KIT_TEST_DROP_VENV=1): $(disk_room_line "${#others[@]}")"
+    rm -rf "$KIT_VENV"
+  fi
+  start_builds "after phase 2"
+fi
 rc=0
 for i in "${!others[@]}"; do
   other=${others[$i]}
-  echo "== pytest, phase 3: stack $other (its venv, built beside phase 1, then its own tests)"
+  echo "== pytest, phase 3: stack $other (its venv, then its own tests)"
   build_rc=0
   wait "${builds[$i]}" || build_rc=$?
   cat "$KIT_ROOT/build/venv-$other.log"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from kit_testing import REPO_ROOT, kit_env
 
 TESTS = REPO_ROOT / "tests"
@@ -171,6 +172,43 @@ def test_the_default_run_prints_each_phases_wall_time_and_keeps_the_worse_exit(t
         ), proc.stdout
 
 
+def _fake_df(root: Path, free_kb: Path) -> None:
+    """The fake machine's one filesystem, with ``free_kb``'s number of KB free (df -Pk's columns)."""
+    df = root / "tools" / "df"
+    df.write_text(
+        f'#!/bin/sh\necho "Filesystem 1024-blocks Used Available Capacity Mounted on"\n'
+        f'echo "fake 99999999 0 $(cat {free_kb}) 0% /"\n'
+    )
+    df.chmod(0o755)
+
+
+@pytest.mark.parametrize(("free_gb", "drop", "where"), [(30, "1", "beside"), (10, "0", "after"), (10, "1", "drop")])
+def test_the_other_stacks_venv_builds_beside_phase_1_only_with_room(
+    tmp_path: Path, free_gb: int, drop: str, where: str
+) -> None:
+    """Stop 56: CI ran out of disk building .venv-0.9.1 beside phase 1. It builds there only with room for it
+    (KIT_TEST_VENV_ROOM_GB, 14 GB by default); else after phase 2, and with KIT_TEST_DROP_VENV=1 (.ci/run) after
+    removing this stack's venv, which phase 3 does not use, when the disk still lacks the room."""
+    free = tmp_path / "free_kb"
+    free.write_text(f"{free_gb * 2**20}\n")
+    root = tmp_path / "kit"
+    env = _fake_kit(root, 0, 0)
+    _fake_df(root, free)
+    env.update(KIT_TEST_DROP_VENV=drop, KIT_DISK_SAMPLE_S="0.2")
+    env.pop("KIT_TEST_VENV_ROOM_GB", None)
+    proc = subprocess.run(["bash", "scripts/test.sh"], cwd=root, env=env, capture_output=True, text=True)
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    building = out.index("stack 0.9.1's venv: building")
+    assert (building < out.index("phase 1 of 3")) is (where == "beside"), out
+    assert (building > out.index("fake pytest (0.6.1) -m pytest -m slow or serial")) is (where != "beside"), out
+    if where != "beside":
+        assert f"after phase 2, {free_gb}.0 GB free, 1 more venv(s) need 14 GB beside a phase" in out, out
+    assert ("== removing .venv (KIT_TEST_DROP_VENV=1)" in out) is (where == "drop"), out
+    assert (root / ".venv").exists() is (where != "drop")
+    assert building < out.index("== .venv-0.9.1 ready") < out.index("fake pytest (0.9.1)"), out
+
+
 def test_the_default_run_ends_with_each_phases_lowest_free_disk(tmp_path: Path) -> None:
     """Stop 56: CI ran out of disk and its log's tail showed only what was free at the end. The run samples the free
     space while each phase runs and ends with every phase's lowest, so a transient low (here: phase 2 at 1 GB for a
@@ -180,13 +218,9 @@ def test_the_default_run_ends_with_each_phases_lowest_free_disk(tmp_path: Path) 
     root = tmp_path / "kit"
     low = f"echo {2**20} > {free}; sleep 1; echo {10 * 2**20} > {free}"
     env = _fake_kit(root, 0, 0, alone_runs=low)
-    df = root / "tools" / "df"  # the fake machine's filesystem, whose free space the fake phase 2 sets
-    df.write_text(
-        f'#!/bin/sh\necho "Filesystem 1024-blocks Used Available Capacity Mounted on"\n'
-        f'echo "fake 99999999 0 $(cat {free}) 0% /"\n'
-    )
-    df.chmod(0o755)
+    _fake_df(root, free)
     env["KIT_DISK_SAMPLE_S"] = "0.2"
+    env["KIT_TEST_VENV_ROOM_GB"] = "5"
     proc = subprocess.run(["bash", "scripts/test.sh"], cwd=root, env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "== disk (after phase 2): 10.0 GB free for the repo" in proc.stdout, proc.stdout

@@ -18,6 +18,22 @@ _kit_disk_free_kb() {
   echo $((repo < tmp ? repo : tmp))
 }
 
+#: The free space one more stack's venv needs beside a phase of tests (GB, KIT_TEST_VENV_ROOM_GB to change): the venv
+#: (.venv-0.9.1: 6.4 GB), pip's downloaded wheels while it installs them, and the phase's own peak (docs/testing.md,
+#: "Disk", measured).
+KIT_TEST_VENV_ROOM_GB=${KIT_TEST_VENV_ROOM_GB:-14}
+
+disk_has_room() {
+  # Whether the disk has room for $1 more venvs beside a phase (KIT_TEST_VENV_ROOM_GB each).
+  (($(_kit_disk_free_kb) >= $1 * KIT_TEST_VENV_ROOM_GB * 1048576))
+}
+
+disk_room_line() {
+  # Why (not): "N GB free, M more venv(s) need K GB beside a phase (KIT_TEST_VENV_ROOM_GB each)".
+  echo "$(_kit_gb "$(_kit_disk_free_kb)") GB free, $1 more venv(s) need $(($1 * KIT_TEST_VENV_ROOM_GB)) GB beside a" \
+    "phase (KIT_TEST_VENV_ROOM_GB=$KIT_TEST_VENV_ROOM_GB each; docs/testing.md, \"Disk\")"
+}
+
 _kit_gb() { awk -v kb="$1" 'BEGIN {printf "%.1f", kb / 1048576}'; }
 
 disk_free() {

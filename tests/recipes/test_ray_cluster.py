@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -197,6 +198,7 @@ def ray_head() -> Iterator[str]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+        shutil.rmtree(temp_dir, ignore_errors=True)  # the session's logs and sockets: MBs a run, on CI's disk
 
 
 def test_status_against_a_live_cluster(launch_env: dict[str, str], ray_head: str) -> None:

@@ -216,6 +216,9 @@ def _update(worker: Any, config: Any, input_ids: Any, rollout_log_probs: Any) ->
 def check_on_policy_update_logs_the_rollout_mismatch(model_root: str = "") -> None:
     import tempfile
 
+    if not model_root:  # a run on another verl (kit_verl_without) names no folder: the check's own goes with it
+        with tempfile.TemporaryDirectory(prefix="kit-scaled-qwen3-") as root:
+            return check_on_policy_update_logs_the_rollout_mismatch(root)
     import numpy as np
     import torch
     from kit_testing import gloo_world_of_one, interpreter_stack, ppo_config
@@ -224,7 +227,7 @@ def check_on_policy_update_logs_the_rollout_mismatch(model_root: str = "") -> No
 
     from platforms import CPU
 
-    model_dir = _scaled_model_dir(Path(model_root or tempfile.mkdtemp(prefix="kit-scaled-qwen3-")))
+    model_dir = _scaled_model_dir(Path(model_root))
     input_ids, stale = _rollout(model_dir)
     config = ppo_config(
         [
