@@ -38,8 +38,8 @@ Examples:
   bash scripts/test.sh                      # everything, as CI runs it (three phases, below)
   bash scripts/test.sh tests/test_pins.py   # one file
   bash scripts/test.sh -m 'not slow'        # skip the end-to-end trainer runs
-  bash scripts/test.sh -m learn             # only the learning check (the main job: 10.5 min in CI,
-                                            # docs/measurements/ci.yaml)
+  bash scripts/test.sh -m learn             # only the learning check (the main job: 11.4 min in CI's
+                                            # run on a fresh clone, docs/measurements/ci.yaml)
   bash scripts/test.sh -m faults            # the fault suite (tests/faults/README.md, scenarios a-h) on the
                                             # reference; with --stack 0.9.1 first: on the current stack
   bash scripts/test.sh -m fast_smoke        # the --fast pipeline check, left out of the default run
