@@ -206,13 +206,6 @@ def one_device_overrides(profile: HardwareProfile) -> list[str]:
     return ["trainer.nnodes=1", "trainer.n_gpus_per_node=1"] if profile.devices_per_node else []
 
 
-def last_checkpoint_overrides(steps: int) -> list[str]:
-    """One RL checkpoint, at the last step, and only that one kept: issue 44 found ``OUT/rl/ckpt`` empty (the run
-    saved nothing), so the README's way from a checkpoint to a score (scripts/rl_to_hf.sh, scripts/eval_model.sh)
-    could not be followed on the main job's own run. One save costs a few seconds and the model's shards on disk."""
-    return [f"trainer.save_freq={steps}", "trainer.max_actor_ckpt_to_keep=1", *RL_MODEL_ONLY]
-
-
 #: What the smoke's checkpoints hold: the model's shards, which the hand-offs read (scripts/sft_to_rl.sh and
 #: scripts/rl_to_hf.sh check only those: recipes/launch/handoffs/handoff.py check_step_dir), not the optimizer's.
 #: A smoke is rerun, never resumed, and Adam's two fp32 moments are twice the model: on SmolLM2-135M 1.08 GB of the
@@ -220,6 +213,14 @@ def last_checkpoint_overrides(steps: int) -> list[str]:
 MODEL_ONLY = "[model]"
 #: verl's actor checkpoint contents (0.6.1 and 0.9.1 ppo_trainer: actor.checkpoint.save_contents, a CheckpointConfig).
 RL_MODEL_ONLY = (f"actor_rollout_ref.actor.checkpoint.save_contents={MODEL_ONLY}",)
+
+
+def last_checkpoint_overrides(steps: int) -> list[str]:
+    """One RL checkpoint, at the last step, and only that one kept: issue 44 found ``OUT/rl/ckpt`` empty (the run
+    saved nothing), so the README's way from a checkpoint to a score (scripts/rl_to_hf.sh, scripts/eval_model.sh)
+    could not be followed on the main job's own run. One save, the model only, took 0.45 s
+    (docs/measurements/bench_091_seed2.yaml)."""
+    return [f"trainer.save_freq={steps}", "trainer.max_actor_ckpt_to_keep=1", *RL_MODEL_ONLY]
 
 
 class SmokeCommands:

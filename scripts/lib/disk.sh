@@ -19,8 +19,9 @@ _kit_disk_free_kb() {
 }
 
 #: The free space one more stack's venv needs beside a phase of tests (GB, KIT_TEST_VENV_ROOM_GB to change). Measured on
-#: a fresh clone (docs/measurements/ci.yaml): .venv-0.9.1 took 6.5 GB, and beside it phase 2 peaked 3.5 GB above
-#: its start (phase 1 with pip's downloads: 2.6 GB while .venv was built, and 0.5 GB of its own); 2 GB to spare.
+#: a fresh clone (docs/measurements/ci.yaml): .venv-0.9.1 took 6.5 GB, and beside it phase 2 peaked 3.5 GB above its
+#: start; 2 GB to spare, which also covers the build's own peak beside phase 1 (pip's downloads: 2.6 GB while .venv
+#: was built; phase 1's own peak: 0.5 GB).
 KIT_TEST_VENV_ROOM_GB=${KIT_TEST_VENV_ROOM_GB:-12}
 
 disk_has_room() {
