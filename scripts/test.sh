@@ -51,9 +51,10 @@ Examples:
 Without arguments it runs in three phases: the quick tests on KIT_TEST_WORKERS pytest-xdist workers (default 2,
 1 on a one-core machine: plain pytest), then the end-to-end runs and the timing-bound tests ('slow or serial',
 tests/conftest.py) one at a time, then every other stack's own tests in its venv (built in the background beside
-phase 1 where the disk has KIT_TEST_VENV_ROOM_GB free for it (now $KIT_TEST_VENV_ROOM_GB), else after phase 2, after removing this
-stack's venv if KIT_TEST_DROP_VENV=1 and the room is still short; its log: build/venv-<stack>.log), its learning
-check included. It ends with each phase's lowest free disk and wall time. With arguments it is one plain pytest run.
+phase 1 where the disk has KIT_TEST_VENV_ROOM_GB free for it, now $KIT_TEST_VENV_ROOM_GB; else after phase 2, after
+removing this stack's venv if KIT_TEST_DROP_VENV=1 and the room is still short; its log: build/venv-<stack>.log),
+its learning check included. It ends with each phase's lowest free disk and wall time. With arguments it is one
+plain pytest run.
 EOF
   exit 0
 fi
@@ -106,9 +107,9 @@ disk_free "after the venv"
 # Every other stack's venv builds beside phase 1, in the background: mostly downloads and unpacking, which wait on the
 # network and the disk while phase 1's workers use the cores (built after phase 2, .venv-0.9.1 took 153 s of CI's
 # run: docs/measurements/ci.yaml, its earlier run). That needs room for the venv beside phases 1 and 2 (disk_has_room,
-# scripts/lib/disk.sh: stop 56's CI run ran out of disk building it there); without it, it builds after phase 2, when that phase's folders are gone, after
-# removing this stack's venv (phase 3 does not use it) where the disk still lacks the room and KIT_TEST_DROP_VENV=1
-# (.ci/run: a throwaway clone). Phase 3 waits for the build and shows its log.
+# scripts/lib/disk.sh: stop 56's CI run ran out of disk building it there); without it, it builds after phase 2, when
+# that phase's folders are gone, after removing this stack's venv (phase 3 does not use it) where the disk still lacks
+# the room and KIT_TEST_DROP_VENV=1 (.ci/run: a throwaway clone). Phase 3 waits for the build and shows its log.
 others=() builds=()
 for other in $KIT_STACKS; do
   [[ $other == "$KIT_STACK" ]] || others+=("$other")

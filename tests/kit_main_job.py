@@ -153,13 +153,17 @@ def check_checkpoints_hold_the_model_only(out: Path) -> None:
     """Each stage's last checkpoint holds what its hand-off reads (the model's shards, fsdp_config.json, huggingface/:
     recipes/launch/handoffs/handoff.py check_step_dir) and no optimizer state (recipes/smoke/commands.py MODEL_ONLY):
     the GBs CI's disk ran out of."""
+    from recipes.launch.handoffs.handoff import HandoffError, check_step_dir
+
     verl = interpreter_stack().verl
     for phase in ("sft", "rl"):
         ckpt, layout = out / phase / "ckpt", verl.checkpoint(phase)
         step = layout.tracker_step(ckpt)
         assert step is not None, f"{ckpt}: no checkpoint saved: {sorted(p.name for p in ckpt.iterdir())}"
-        lost = layout.missing(layout.step_dir(ckpt, step), kinds=("model",))
-        assert not lost, f"{phase}'s checkpoint lacks what its hand-off reads: {lost}"
+        try:
+            check_step_dir(layout.step_dir(ckpt, step), layout)  # the hand-off's own check
+        except HandoffError as exc:
+            raise AssertionError(f"{phase}'s checkpoint lacks what its hand-off reads: {exc}") from None
         optim = sorted(str(p.relative_to(ckpt)) for p in ckpt.rglob("optim_*.pt"))
         assert not optim, f"{phase}'s checkpoint holds the optimizer's state: {optim}"
 

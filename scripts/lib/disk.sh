@@ -10,11 +10,13 @@ _kit_disk_lows=()  # "label: N GB" per phase, in order
 _kit_disk_watch_pid=""
 _kit_disk_low_file=""
 
+_kit_df_kb() { df -Pk "$1" | awk 'NR == 2 {print $4}'; } # free KB on $1's filesystem
+
 _kit_disk_free_kb() {
   # The smaller free space of the repo's and TMPDIR's filesystems (the same one on CI's machine).
   local repo tmp
-  repo=$(df -Pk "$KIT_ROOT" | awk 'NR == 2 {print $4}')
-  tmp=$(df -Pk "${TMPDIR:-/tmp}" | awk 'NR == 2 {print $4}')
+  repo=$(_kit_df_kb "$KIT_ROOT")
+  tmp=$(_kit_df_kb "${TMPDIR:-/tmp}")
   echo $((repo < tmp ? repo : tmp))
 }
 
@@ -40,8 +42,8 @@ _kit_gb() { awk -v kb="$1" 'BEGIN {printf "%.1f", kb / 1048576}'; }
 disk_free() {
   # One line: free space for the repo and in TMPDIR now ($1: when).
   local tmp=${TMPDIR:-/tmp}
-  echo "== disk ($1): $(df -Pk "$KIT_ROOT" | awk 'NR == 2 {printf "%.1f", $4 / 1048576}') GB free for the repo," \
-    "$(df -Pk "$tmp" | awk 'NR == 2 {printf "%.1f", $4 / 1048576}') GB in $tmp"
+  echo "== disk ($1): $(_kit_gb "$(_kit_df_kb "$KIT_ROOT")") GB free for the repo, $(_kit_gb "$(_kit_df_kb "$tmp")")" \
+    "GB in $tmp"
 }
 
 disk_watch_start() {
