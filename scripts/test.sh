@@ -107,7 +107,7 @@ disk_free "after the venv"
 # Every other stack's venv builds beside phase 1, in the background: mostly downloads and unpacking, which wait on the
 # network and the disk while phase 1's workers use the cores (built after phase 2, .venv-0.9.1 took 153 s of CI's
 # run: docs/measurements/ci.yaml, its earlier run). That needs room for the venv beside phases 1 and 2 (disk_has_room,
-# scripts/lib/disk.sh: stop 56's CI run ran out of disk building it there); without it, it builds after phase 2, when
+# scripts/lib/disk.sh: 348308f's CI run ran out of disk building it there); without it, it builds after phase 2, when
 # that phase's folders are gone, after removing this stack's venv (phase 3 does not use it) where the disk still lacks
 # the room and KIT_TEST_DROP_VENV=1 (.ci/run: a throwaway clone). Phase 3 waits for the build and shows its log.
 others=() builds=()

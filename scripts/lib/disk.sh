@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # Free disk during the test run, where the venvs and models (the repo) and pytest's temporary folders (TMPDIR) live.
-# Sourced by scripts/test.sh. CI's machine has run out of disk in phase 2 twice (6626a20, and stop 56: "No space left
+# Sourced by scripts/test.sh. CI's machine has run out of disk in phase 2 twice (6626a20, and 348308f: "No space left
 # on device" building .venv-0.9.1 beside phase 1), its free space differs run to run, and CI shows only the tail of
 # the log: so each phase's lowest free space (sampled every KIT_DISK_SAMPLE_S seconds in the background, default 5)
 # is kept, and disk_summary prints them all in one line at the end (docs/testing.md, "Disk").
