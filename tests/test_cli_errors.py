@@ -33,6 +33,7 @@ MODULE_ENTRIES = (
     "recipes.launch.cluster.containers",
     "recipes.launch.handoffs.handoff",
     "recipes.smoke.bench_learn",
+    "recipes.smoke.bench_seeds",
     "recipes.smoke.cli",
     "recipes.smoke.learn_data",
     "recipes.smoke.make_data",

@@ -254,20 +254,22 @@ def render(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
-def write_report(out: Path, rows: Sequence[Row], seed: int) -> dict:
-    """OUT/bench_learn.json and OUT/bench_learn.md; returns what the JSON holds."""
+def write_report(out: Path, rows: Sequence[Row], seed: int, stack: Stack) -> dict:
+    """OUT/bench_learn.json and OUT/bench_learn.md; returns what the JSON holds (its seed and stack: what
+    ``bench_learn_seeds.sh`` files the bench under)."""
     problems = [row.problem for row in rows if row.problem]
     report = {
         "ok": not problems,
         "problems": problems,
         "seed": seed,
+        "stack": stack.name,
         "out": str(out),
         "rows": [asdict(r) for r in rows],
     }
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench_learn.json").write_text(json.dumps(report, indent=2) + "\n")
     verdict = "every run behaved" if not problems else "FAILED: " + "; ".join(problems)
-    title = f"# Learning check sensitivity bench (seed {seed})\n\n"
+    title = f"# Learning check sensitivity bench (stack {stack.name}, seed {seed})\n\n"
     (out / "bench_learn.md").write_text(title + render(rows) + f"\n\n{verdict}\n")
     return report
 
@@ -426,7 +428,7 @@ def main(argv: Sequence[str] | None = None, runner: Runner = run_smoke) -> int:
         return EXIT_OK
     exit_on_signals()
     rows = execute(runs, selected, out, runner)
-    report = write_report(out, rows, args.seed)
+    report = write_report(out, rows, args.seed, stack)
     print(render(rows), flush=True)
     if report["problems"]:
         raise KitError("; ".join(report["problems"]), f"table: {out / 'bench_learn.md'}")
