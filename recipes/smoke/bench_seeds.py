@@ -252,10 +252,11 @@ def execute(steps: Sequence[Step], runner: Runner = run_bench) -> dict[tuple[str
 
 EPILOG = f"""\
 Each stack and seed is bash scripts/bench_learn.sh --stack S --seed N --out OUT/S/seed-N (its --help says what each
-of the four runs must report). Runs that finished are kept when OUT is used again; the others run again. Expected on
-2 CPU cores: ~40 min a stack and seed, ~4 h for both stacks on 3 seeds. Writes OUT/bench_seeds.{{json,md}}: per
-stack, run x seed, each cell the accuracy before -> after against the judge's bar and the margin, the witness that
-named a step, the verdict. Exits 0 only when every run behaved on every seed of every stack, else 1.
+of the four runs must report). Runs that finished are kept when OUT is used again; the others run again. Measured on
+2 CPU cores: 28-30 min a seed on the reference, 37-39 min on the current stack, so about 3.5 h for both stacks on 3
+seeds (docs/measurements/bench_seeds.yaml). Writes OUT/bench_seeds.{{json,md}}: per stack, run x seed, each cell the
+accuracy before -> after against the judge's bar and the margin, the witness that named a step, the verdict. Exits 0
+only when every run behaved on every seed of every stack, else 1.
 Stacks: {", ".join(stacks.names())}.
 """
 

@@ -25,8 +25,12 @@ Outcomes = dict[tuple[str, int], dict[str, tuple[str, int]]]
 
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (*sabotage.SWITCHES, sabotage.EXTERNAL_MODULES_ENV, "KIT_STACK"):
+    for name in (*sabotage.SWITCHES, sabotage.EXTERNAL_MODULES_ENV):
         monkeypatch.delenv(name, raising=False)
+    # each bench exports its stack (stacks.export writes os.environ): set first, so the teardown restores what was
+    # there and no later test's children inherit this test's 0.9.1
+    monkeypatch.setenv("KIT_STACK", "0.6.1")
+    monkeypatch.delenv("KIT_STACK")
     monkeypatch.setattr(bench_learn, "exit_on_signals", lambda: None)
     monkeypatch.setattr(bench_seeds, "exit_on_signals", lambda: None)
 
