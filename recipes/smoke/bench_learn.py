@@ -37,7 +37,6 @@ RL seconds), printed and written to ``OUT/bench_learn.json`` and ``OUT/bench_lea
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import re
@@ -56,7 +55,7 @@ from platforms.stacks import Stack
 from recipes.launch.supervision.process_group import kill_group
 from recipes.smoke.report import reusable_sft_problem
 from recipes.smoke.sabotage import MARKER, SABOTAGES, switched_on
-from recipes.smoke.supervisor import KIT_ROOT, exit_on_signals, popen_tied
+from recipes.smoke.supervisor import KIT_ROOT, default_out, exit_on_signals, popen_tied
 
 SHIPPED = "shipped"
 RUNS = (SHIPPED, *(sabotage.name for sabotage in SABOTAGES))
@@ -411,15 +410,11 @@ def describe(runs: Sequence[Run], selected: Sequence[str], out: Path, seed: int)
     return "\n".join(lines)
 
 
-def default_out() -> Path:
-    return KIT_ROOT / "build" / "bench_learn" / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-
-
 @entry_point("bench-learn")
 def main(argv: Sequence[str] | None = None, runner: Runner = run_smoke) -> int:
     args = build_parser().parse_args(argv)
     stack = stacks.export(stacks.resolve(args.stack))  # once, here: every run and its reward key follow it
-    out = (args.out or default_out()).resolve()
+    out = (args.out or default_out("bench_learn")).resolve()
     runs = plan(out, args.seed, stack, force=args.force)
     selected = [name for name in RUNS if not args.only or name in args.only]
     preflight(out, selected, args.force)

@@ -30,7 +30,6 @@ Exit 0 only when every run of every chosen stack behaved on every chosen seed; e
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -42,7 +41,7 @@ from platforms.cli_errors import EXIT_OK, KitError, UsageError, check_writable, 
 from recipes.launch.supervision.process_group import kill_group
 from recipes.smoke.bench_learn import LEARNED, NOT_LEARNED, RUNS, SHIPPED
 from recipes.smoke.learn import needed_acc
-from recipes.smoke.supervisor import KIT_ROOT, exit_on_signals, popen_tied
+from recipes.smoke.supervisor import KIT_ROOT, default_out, exit_on_signals, popen_tied
 
 BENCH_SH = KIT_ROOT / "scripts" / "bench_learn.sh"
 REPORT = "bench_learn.json"
@@ -338,7 +337,7 @@ def added_benches(folders: Sequence[Path], chosen: Sequence[str], seeds: Sequenc
 @entry_point("bench-learn-seeds")
 def main(argv: Sequence[str] | None = None, runner: Runner = run_bench) -> int:
     args = build_parser().parse_args(argv)
-    out = (args.out or KIT_ROOT / "build" / "bench_seeds" / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")).resolve()
+    out = (args.out or default_out("bench_seeds")).resolve()
     if out.exists() and not out.is_dir():
         raise UsageError(f"--out {out} is a file, not a folder")
     check_writable("--out", out, folder=True)

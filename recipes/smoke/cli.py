@@ -17,7 +17,6 @@ time; the kit's platform model (also standard library) and the stages are import
 from __future__ import annotations
 
 import argparse
-import datetime
 import importlib.util
 import json
 import os
@@ -47,11 +46,11 @@ from platforms.cli_errors import (
 )
 from platforms.stacks import Stack
 from recipes.smoke.help_text import describe, epilog
+from recipes.smoke.supervisor import default_out
 
 if TYPE_CHECKING:
     from platforms import HardwareProfile, Platform
 
-KIT_ROOT = Path(__file__).resolve().parents[2]
 #: --rollout choices: verl's rollout names the smoke can run.
 ROLLOUTS = ("vllm", "hf")
 #: What ``check-args`` answers for a platform whose stack is the kit's venv (scripts/lib/venv.sh).
@@ -60,10 +59,6 @@ VENV = "venv"
 RUNTIME_MODULES = ("torch", "verl", "hydra")
 #: What a dry run imports to compose the stages' commands (the launcher's config composition).
 DRY_RUN_MODULES = ("omegaconf", "hydra")
-
-
-def default_out() -> Path:
-    return KIT_ROOT / "build" / "smoke" / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
 def _platform_names() -> list[str]:
@@ -339,7 +334,7 @@ def _check_args(words: list[str]) -> int:
     if words[:1] == ["--runner-fd"] and len(words) >= 2 and words[1].isdigit():
         fd, words = int(words[1]), words[2:]
     args, stack = parse_run_args(words)  # --help: printed, exit 0, nothing on fd
-    out = (args.out or default_out()).resolve()
+    out = (args.out or default_out("smoke")).resolve()
     check_out(out, args.force)
     # the tasks' names (recipes.smoke.learn's LEARN_TASK, commands' SMOKE_TASK): check-args imports neither
     check_from_sft(args.from_sft, out, "learn" if run_mode(args) == "learn" else "smoke")
@@ -379,7 +374,7 @@ def run_mode(args: argparse.Namespace) -> str:
 def _run(words: list[str]) -> int:
     args, stack = parse_run_args(words)
     target = resolve_target(args.platform)
-    out = (args.out or default_out()).resolve()
+    out = (args.out or default_out("smoke")).resolve()
     from recipes.smoke.commands import FAST, FULL, SMOKE_TASK, check_rl_overrides, check_sft_overrides
     from recipes.smoke.learn import LEARN, LEARN_TASK
     from recipes.smoke.pipeline import Smoke

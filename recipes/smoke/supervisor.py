@@ -14,6 +14,7 @@ from here, also in subprocesses where only the standard library and the kit are 
 from __future__ import annotations
 
 import ctypes
+import datetime
 import os
 import signal
 import socket
@@ -30,6 +31,12 @@ from recipes.launch.supervision.process_group import kill_group
 from recipes.smoke.progress import Progress, StepClock, read_tail
 
 KIT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def default_out(kind: str) -> Path:
+    """A command's default ``--out``: ``build/<kind>/<date>-<time>`` in the kit, a new folder each run."""
+    return KIT_ROOT / "build" / kind / datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+
 
 #: prctl(2) option: the signal the calling process gets when its parent thread exits.
 PR_SET_PDEATHSIG = 1
