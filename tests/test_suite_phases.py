@@ -83,10 +83,12 @@ def test_the_default_run_skips_the_unpatched_end_to_end_runs_with_their_reason()
     assert "test_patched_resume_serves_the_uninterrupted_prompts" in listed.stdout
 
 
-def _fake_kit(root: Path, rc_quick: int, rc_alone: int, alone_runs: str = "") -> dict[str, str]:
+def _fake_kit(root: Path, rc_quick: int, rc_alone: int, alone_runs: str = "", free_gb: int = 100) -> dict[str, str]:
     """A copy of the test command in ``root`` whose venv is a stand-in python: it answers the venv step's questions
     and 'runs' each pytest phase by printing its arguments and exiting with the given status (phase 2 runs the
-    shell line ``alone_runs`` first)."""
+    shell line ``alone_runs`` first). Its machine has its own disk, ``free_gb`` free (``_free_file`` to change it):
+    where the other stack's venv builds follows the free space (scripts/lib/disk.sh), and the real machine's varies
+    (stop 57's CI run: 8.1 GB free during phase 1 built it after phase 2 and failed a check of the order)."""
     import shutil
 
     for name in (
@@ -130,9 +132,17 @@ def _fake_kit(root: Path, rc_quick: int, rc_alone: int, alone_runs: str = "") ->
             check=True,
         ).stdout.strip()
         (root / venv / ".kit-stamp").write_text(stamp + "\n")
+    _free_file(root).write_text(f"{free_gb * 2**20}\n")
+    _fake_df(root, _free_file(root))
     env = kit_env()
     env["PATH"] = f"{tools}:{env['PATH']}"
+    env.pop("KIT_TEST_VENV_ROOM_GB", None)  # scripts/lib/disk.sh's default room, as CI runs it
     return env
+
+
+def _free_file(root: Path) -> Path:
+    """The fake machine's free space in KB, one number that its ``df`` reads on every call."""
+    return root / "tools" / "free_kb"
 
 
 def test_the_default_run_prints_each_phases_wall_time_and_keeps_the_worse_exit(tmp_path: Path) -> None:
@@ -195,13 +205,9 @@ def test_the_other_stacks_venv_builds_beside_phase_1_only_with_room(
     KIT_TEST_DROP_VENV=1 (.ci/run) after removing this stack's venv, which phase 3 does not use, when the disk still
     lacks the room."""
     free_gb = ROOM_GB + spare_gb
-    free = tmp_path / "free_kb"
-    free.write_text(f"{free_gb * 2**20}\n")
     root = tmp_path / "kit"
-    env = _fake_kit(root, 0, 0)
-    _fake_df(root, free)
+    env = _fake_kit(root, 0, 0, free_gb=free_gb)
     env.update(KIT_TEST_DROP_VENV=drop, KIT_DISK_SAMPLE_S="0.2")
-    env.pop("KIT_TEST_VENV_ROOM_GB", None)
     proc = subprocess.run(["bash", "scripts/test.sh"], cwd=root, env=env, capture_output=True, text=True)
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
@@ -219,12 +225,10 @@ def test_the_default_run_ends_with_each_phases_lowest_free_disk(tmp_path: Path) 
     """Stop 56: CI ran out of disk and its log's tail showed only what was free at the end. The run samples the free
     space while each phase runs and ends with every phase's lowest, so a transient low (here: phase 2 at 1 GB for a
     second, 10 GB before and after) is in the lines CI keeps."""
-    free = tmp_path / "free_kb"
-    free.write_text(f"{10 * 2**20}\n")
     root = tmp_path / "kit"
+    free = _free_file(root)
     low = f"echo {2**20} > {free}; sleep 1; echo {10 * 2**20} > {free}"
-    env = _fake_kit(root, 0, 0, alone_runs=low)
-    _fake_df(root, free)
+    env = _fake_kit(root, 0, 0, alone_runs=low, free_gb=10)
     env["KIT_DISK_SAMPLE_S"] = "0.2"
     env["KIT_TEST_VENV_ROOM_GB"] = "5"
     proc = subprocess.run(["bash", "scripts/test.sh"], cwd=root, env=env, capture_output=True, text=True)
