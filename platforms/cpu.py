@@ -130,10 +130,10 @@ ENV_TABLE: EnvTable = (
             "VLLM_CPU_NUM_OF_RESERVED_CPU",
             "0",
             "vLLM 0.23 keeps a core off its CPU worker's thread list for the scheduler process (vllm/utils/"
-            "ompmultiprocessing.py:41-49, 'TODO: make scheduler proc sleep when idle'); verl 0.9.1 runs that worker "
+            "ompmultiprocessing.py:43-50, 'TODO: make scheduler proc sleep when idle'); verl 0.9.1 runs that worker "
             "in a process of its own (vllm_async_server.py:339, mp), so on 2 cores it generated on one while the "
-            "trainer waited: the learning check's generation took 34-36 s a step with it and 24-28 s without, RL "
-            "550 s -> 484 s (docs/measurements/learn_reserved_cpu.yaml). vLLM 0.11's default when TP is 1 (vllm/v1/"
+            "trainer waited: the learning check's generation took 33.6 s a step with it and 26.6 s without, RL "
+            "550.1 s -> 484.3 s (docs/measurements/learn_reserved_cpu.yaml). vLLM 0.11's default when TP is 1 (vllm/v1/"
             "worker/cpu_worker.py:143-147)",
         ),
     ),

@@ -31,7 +31,7 @@ class Timings:
 #: reference's, saying so.
 TIMINGS = {
     REFERENCE: Timings(
-        learn="11.2 min on 2 AMD EPYC cores, docs/measurements/learn_stacks.yaml; 9.9 min on the 2 Intel Xeon cores it "
+        learn="10.4 min on 2 AMD EPYC cores, docs/measurements/learn_both_stacks.yaml; 9.9 min on the 2 Intel Xeon cores it "
         "was tuned on, docs/measurements/learn_speed.yaml",
         fast="""\
 Measured with --fast on 2 CPU cores (fp32): 308 s, of which SFT 160 s (96 steps, 1.2 s/step) and RL 109 s (vLLM's
@@ -39,11 +39,11 @@ CPU build, first step 96 s into the stage, then ~12 s a step: docs/measurements/
 check: 9.9 min (docs/measurements/learn_speed.yaml; docs/main-job.md).""",
     ),
     CURRENT: Timings(
-        learn="13.2 min on 2 AMD EPYC cores with --stack 0.9.1, docs/measurements/learn_stacks.yaml",
+        learn="11.8 min on 2 AMD EPYC cores with --stack 0.9.1, docs/measurements/learn_both_stacks.yaml",
         fast="""\
 Measured on stack 0.9.1 with --fast on 2 CPU cores (fp32): 519 s, of which SFT 242 s (96 steps, 2.0 s/step) and RL
 212 s (vLLM 0.23's CPU build, one trainer rank, first step 190 s into the stage, then ~15.8 s a step:
-docs/measurements/fast_091.yaml); the learning check: 13.2 min (docs/measurements/learn_stacks.yaml;
+docs/measurements/fast_091.yaml); the learning check: 11.8 min (docs/measurements/learn_both_stacks.yaml;
 docs/stacks.md).""",
     ),
 }

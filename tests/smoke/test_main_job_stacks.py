@@ -111,7 +111,7 @@ def test_the_help_quotes_the_chosen_stacks_own_times() -> None:
     from recipes.smoke.cli import build_run_parser
     from recipes.smoke.help_text import epilog
 
-    both = "learn_stacks"  # issue 51: both stacks' learning checks measured in one run
+    both = "learn_both_stacks"  # issue 51: both stacks' learning checks measured in one run
     for name, records in (("0.6.1", (both, "learn_speed", "fast_pipeline")), ("0.9.1", (both, "fast_091"))):
         text = build_run_parser(stacks.get(name)).format_help()
         assert help_disagreements(text, f"smoke.sh --stack {name} --help") == []

@@ -2,9 +2,9 @@
 
 verl 0.9.1 runs vLLM 0.23's CPU worker in a process of its own (``distributed_executor_backend: mp``,
 vllm_async_server.py:339), and vLLM's OMP manager keeps one core off that worker's thread list for the scheduler
-process (vllm/utils/ompmultiprocessing.py:41-49). On 2 cores the worker generated on one while the trainer waited;
+process (vllm/utils/ompmultiprocessing.py:43-50). On 2 cores the worker generated on one while the trainer waited;
 the cpu platform's ``VLLM_CPU_NUM_OF_RESERVED_CPU=0`` (platforms/cpu.py) gives it both (the learning check's
-generation: 34-36 s a step with the reserved core, 24-28 s without; docs/measurements/learn_reserved_cpu.yaml).
+generation: 33.6 s a step with the reserved core, 26.6 s without; docs/measurements/learn_reserved_cpu.yaml).
 Checked on vLLM's own manager, with the env the platform gives the RL phase.
 """
 
