@@ -11,6 +11,7 @@ rollout facts, checked against the real package where it is installed.
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import subprocess
 import sys
 import zipfile
@@ -96,3 +97,33 @@ def test_vllm_refuses_verls_sleep_mode_on_cpu() -> None:
     ]
     with pytest.raises(Exception, match="Sleep mode is not supported"), vllm_server(tiny_model_dir(), overrides):
         pass
+
+
+#: vLLM 0.11's auto binding of one TP-1 CPU worker, as its worker computes it (vllm/v1/worker/cpu_worker.py:143-147),
+#: with and without the reserved-core setting: printed as JSON by a fresh interpreter (the venv's vLLM imported here
+#: would change later tests' import order)
+_AUTOBIND_011 = """
+import json, os
+from types import SimpleNamespace
+from vllm.v1.worker.cpu_worker import CPUWorker
+worker = SimpleNamespace(parallel_config=SimpleNamespace(world_size=1, data_parallel_size_local=1), local_rank=0)
+name = "VLLM_CPU_NUM_OF_RESERVED_CPU"
+given = CPUWorker._get_autobind_cpu_ids(worker, lambda cpus: cpus[-1:])
+os.environ.pop(name)
+print(json.dumps({"given": given, "default": CPUWorker._get_autobind_cpu_ids(worker, lambda cpus: cpus[-1:])}))
+"""
+
+
+def test_the_reserved_core_setting_is_vllm_011s_own_default() -> None:
+    """The cpu platform's VLLM_CPU_NUM_OF_RESERVED_CPU=0 gives vLLM 0.23's worker the core it kept for its scheduler
+    (tests/stack091/test_vllm_cpu_binding_091.py); the row is shared by both stacks, and on the reference it must
+    change nothing: vLLM 0.11 keeps no core for a TP-1 worker, which runs inside a trainer rank."""
+    require_vllm()
+    rl = {e.name: e.value for e in CPU.env("rl", stacks.REFERENCE, environ={})}
+    env = {**kit_env(), "VLLM_CPU_NUM_OF_RESERVED_CPU": rl["VLLM_CPU_NUM_OF_RESERVED_CPU"]}
+    proc = subprocess.run(
+        [sys.executable, "-c", _AUTOBIND_011], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lists = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert lists["given"] == lists["default"] and lists["given"], lists
