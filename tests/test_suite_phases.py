@@ -132,8 +132,7 @@ def _fake_kit(root: Path, rc_quick: int, rc_alone: int, alone_runs: str = "", fr
             check=True,
         ).stdout.strip()
         (root / venv / ".kit-stamp").write_text(stamp + "\n")
-    _free_file(root).write_text(f"{free_gb * 2**20}\n")
-    _fake_df(root, _free_file(root))
+    _fake_df(root, free_gb)
     env = kit_env()
     env["PATH"] = f"{tools}:{env['PATH']}"
     env.pop("KIT_TEST_VENV_ROOM_GB", None)  # scripts/lib/disk.sh's default room, as CI runs it
@@ -182,12 +181,14 @@ def test_the_default_run_prints_each_phases_wall_time_and_keeps_the_worse_exit(t
         ), proc.stdout
 
 
-def _fake_df(root: Path, free_kb: Path) -> None:
-    """The fake machine's one filesystem, with ``free_kb``'s number of KB free (df -Pk's columns)."""
+def _fake_df(root: Path, free_gb: int) -> None:
+    """The fake machine's one filesystem (df -Pk's columns), ``free_gb`` free to start with: its ``df`` reads
+    :func:`_free_file` on every call, so a test can change it mid-run."""
+    _free_file(root).write_text(f"{free_gb * 2**20}\n")
     df = root / "tools" / "df"
     df.write_text(
         f'#!/bin/sh\necho "Filesystem 1024-blocks Used Available Capacity Mounted on"\n'
-        f'echo "fake 99999999 0 $(cat {free_kb}) 0% /"\n'
+        f'echo "fake 99999999 0 $(cat {_free_file(root)}) 0% /"\n'
     )
     df.chmod(0o755)
 
