@@ -50,6 +50,8 @@ RL_JOB_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
 # rollout.engine_kwargs.vllm after them (verl/workers/rollout/vllm_rollout/vllm_async_server.py:229, 237); '++': the
 # dict is empty in verl's yaml (verl/trainer/config/rollout/rollout.yaml), add or override.
 RL_VLLM_SLEEP_MODE_KEY = "++actor_rollout_ref.rollout.engine_kwargs.vllm.enable_sleep_mode"
+# vLLM's KV block size, an engine argument verl has no key of its own for (merged the same way; '++' likewise)
+RL_VLLM_BLOCK_SIZE_KEY = "++actor_rollout_ref.rollout.engine_kwargs.vllm.block_size"
 # Compute dtype. SFT: the stack's "mixed_precision" key (0.6.1: model.fsdp_config.mixed_precision, patch 0013).
 # RL: the FSDP workers read
 # <role>.fsdp_config.mixed_precision (not in verl's yaml, hence '++': add or override) for FSDP and
@@ -233,9 +235,6 @@ class Platform(ABC):
     vllm_sleep_mode: ClassVar[bool] = True
     #: vLLM must run eager here (no graph capture): emitted as ``rollout.enforce_eager``; None leaves the recipe's.
     vllm_enforce_eager: ClassVar[bool | None] = None
-    #: vLLM's prefix caching setting here, emitted as ``rollout.enable_prefix_caching`` (a False reaches vLLM only
-    #: with patch 0026); None leaves the recipe's (verl's default: on).
-    vllm_prefix_caching: ClassVar[bool | None] = None
 
     # -- probes
 
@@ -308,9 +307,12 @@ class Platform(ABC):
         overrides = [] if self.vllm_sleep_mode else [f"{RL_VLLM_SLEEP_MODE_KEY}=False"]
         if self.vllm_enforce_eager is not None:
             overrides.append(f"{RL_ENFORCE_EAGER_KEY}={self.vllm_enforce_eager}")
-        if self.vllm_prefix_caching is not None:
-            overrides.append(f"{RL_PREFIX_CACHING_KEY}={self.vllm_prefix_caching}")
-        return overrides
+        return overrides + self.prefix_caching_overrides(stack)
+
+    def prefix_caching_overrides(self, stack: Stack) -> list[str]:
+        """vLLM's prefix caching on this platform and ``stack``, as ``rollout.enable_prefix_caching`` (a False reaches
+        vLLM 0.11 only with patch 0026); none here: the recipe's (verl's default, on)."""
+        return []
 
     def dtype_overrides(self, phase: str, stack: Stack) -> list[str]:
         """The overrides that make every role compute in :attr:`compute_dtype`; none at verl's default (bf16)."""

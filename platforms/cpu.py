@@ -17,7 +17,9 @@ from platforms import verl_selectors, vllm_cpu
 from platforms.base import (
     HYDRA_FULL_ERROR,
     RL_EXTERNAL_LIB_KEY,
+    RL_PREFIX_CACHING_KEY,
     RL_ROLLOUT_NAME_KEY,
+    RL_VLLM_BLOCK_SIZE_KEY,
     DeviceAccess,
     PinnedPackage,
     Platform,
@@ -172,12 +174,6 @@ class CpuPlatform(Platform):
     run_script = "docker/run_cpu.sh"
     # vLLM's CPU backend captures no graphs; verl's default is enforce_eager=False (rollout.yaml:38).
     vllm_enforce_eager = True
-    # With prefix caching on, IPEX's decode kernel raises "Sliding window unsupported" (vllm/v1/attention/backends/
-    # cpu_attn.py:909, intel_extension_for_pytorch mha_fusion.py:424) and the engine dies (EngineDeadError) when a
-    # decode batch's sequences share cached prompt blocks in groups: GRPO groups (n >= 4) whose members find their
-    # prompt's first block cached, as every turn after the first of a multi-turn rollout does. Measured:
-    # tests/cpu/test_cpu_grpo_prefix_groups.py dies in step 1 with it on (2 of 2 runs) and completes with it off.
-    vllm_prefix_caching = False
 
     def is_available(self) -> bool:
         return True
@@ -199,6 +195,17 @@ class CpuPlatform(Platform):
         unpin = [f"{RL_EXTERNAL_LIB_KEY}={VLLM_UNPIN_MODULE}"] if engine == "vllm" else []
         registry = verl_selectors.rl_overrides(stack.verl.has_platform_registry)  # verl 0.9.1's TransferQueue on CPU
         return [f"{RL_ROLLOUT_NAME_KEY}={engine}", *super().rollout_overrides(stack), *unpin, *registry]
+
+    def prefix_caching_overrides(self, stack: Stack) -> list[str]:
+        """Prefix caching where the stack's vLLM CPU build serves it (:attr:`Stack.vllm_cpu_prefix_block`, at that
+        block size), else off. Off on the reference: with it on, IPEX's decode kernel raises "Sliding window
+        unsupported" (vllm/v1/attention/backends/cpu_attn.py:909, intel_extension_for_pytorch mha_fusion.py:424) and
+        the engine dies when a decode batch's sequences share cached prompt blocks in groups, as GRPO groups do on
+        every turn after the first (tests/cpu/test_cpu_grpo_prefix_groups.py: dies in step 1 with it on, 2 of 2)."""
+        block = stack.vllm_cpu_prefix_block
+        if block is None:
+            return [f"{RL_PREFIX_CACHING_KEY}=False"]
+        return [f"{RL_PREFIX_CACHING_KEY}=True", f"{RL_VLLM_BLOCK_SIZE_KEY}={block}"]
 
     def env(self, phase: str, stack: Stack, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
         """The table, then the KV cache (RL) and this machine's allocator: the result can differ between machines."""

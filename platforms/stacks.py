@@ -46,6 +46,9 @@ class Stack:
     #: The hidden size of the main job's tiny model (``--fast``): its head_dim (hidden / 4) must be one the stack's vLLM
     #: CPU attention takes.
     tiny_hidden_size: int
+    #: The KV block size (tokens) at which the stack's vLLM CPU build serves RL with prefix caching on; None: the
+    #: ``cpu`` platform turns prefix caching off (:meth:`platforms.cpu.CpuPlatform.prefix_caching_overrides`).
+    vllm_cpu_prefix_block: int | None
     #: Hydra choices the recipes need on this stack beyond their defaults list (which is written for the reference).
     config_choices: tuple[str, ...]
     tests_dir: str  # its own tests (the default run of scripts/test.sh --stack NAME); "" = the whole suite
@@ -120,6 +123,10 @@ REFERENCE = Stack(
     # vLLM 0.11's CPU path runs a 64-wide model (head_dim 16), the one the reference's measurements were taken on
     # (docs/measurements/fast_pipeline.yaml)
     tiny_hidden_size=64,
+    # kit: off. vLLM 0.11's CPU build decodes through IPEX, whose kernel dies ("Sliding window unsupported", vllm/v1/
+    # attention/backends/cpu_attn.py:909) when a decode batch's sequences share cached blocks, as GRPO groups do
+    # (tests/cpu/test_cpu_grpo_prefix_groups.py); without IPEX its prefix-cached prefill cannot run (:596)
+    vllm_cpu_prefix_block=None,
     config_choices=(),
     tests_dir="",
     pins_prefix="",
@@ -134,6 +141,13 @@ CURRENT = Stack(
     # kit: vLLM 0.23's CPU attention takes head sizes 32, 64, 80, ... only (vllm/v1/attention/backends/cpu_attn.py:
     # 62-63, CPU_ATTN.get_supported_head_sizes): 128 wide, head_dim 32
     tiny_hidden_size=128,
+    # kit: on, in blocks of 32. vLLM 0.23's CPU attention is its own, without IPEX (vllm/v1/attention/backends/
+    # cpu_attn.py), and takes blocks in multiples of 32 (vllm/platforms/cpu.py:124-129); its default of 128 is longer
+    # than a learning-check turn (prompt ~89 tokens + a call ~30), so a turn's sequence would fill no block for the
+    # next turn to reuse. verl 0.9.1 clears the cache after every weight sync (vllm_rollout.py:247-249). Measured on
+    # 2 cores: the learning check's generation 46.4 s -> 30.1 s a step, its validation 72.5 s -> 46.4 s, the weight
+    # sync's witness as clean (docs/measurements/learn_prefix_cache.yaml)
+    vllm_cpu_prefix_block=32,
     # the recipes' `stack` group: which SFT trainer config the SFT recipes extend (recipes/config/verl_sft/)
     config_choices=("stack=0.9.1",),
     tests_dir="tests/stack091",

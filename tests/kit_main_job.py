@@ -89,10 +89,10 @@ def check_rl_executed_tool_calls_in_the_sandbox(run: dict, rl_steps: int) -> Non
     # vLLM's CPU build where the venv has it (CI requires it), else the hf rollout; on the stack the run served
     engine = CPU.rollout_engine(stacks.get(summary["stack"]))
     assert (summary["rollout_engine"], summary["rollout_engine_version"]) == (engine.name, engine.version), summary
-    if engine.name == "vllm":  # the calls came through verl's vLLM async server, without prefix caching
+    if engine.name == "vllm":  # the calls came through verl's vLLM async server, prefix caching as the stack has it
         rl_log = (run["out"] / "logs" / "rl.log").read_text()
         assert "vLLMHttpServer" in rl_log
-        check_rollout_engine_ran_without_prefix_caching(rl_log)
+        check_rollout_engine_prefix_caching(rl_log, stacks.get(summary["stack"]))
     assert summary["rl_tool_calls"] >= 1
     assert summary["sandbox"]["calls"] >= 1 and summary["sandbox"]["failures"] == 0, summary["sandbox"]
     rl = next(s for s in summary["stages"] if s["name"] == "rl")["details"]
@@ -102,21 +102,34 @@ def check_rl_executed_tool_calls_in_the_sandbox(run: dict, rl_steps: int) -> Non
     assert rl["rollout_tool_rounds"] + rl["val_tool_rounds"] >= 1
 
 
-#: What the rollout engine itself logs when it starts with prefix caching off: vLLM 0.11's engine config (0.6.1) and
-#: the argument list verl 0.9.1's vLLMHttpServer prints (vLLM 0.23, whose config line VLLM_LOGGING_LEVEL=WARN hides).
-#: The launch's own ``rollout.enable_prefix_caching=False`` override (after a ".") is not the engine's word for it.
+#: What the rollout engine itself logs of prefix caching: vLLM 0.11's engine config (0.6.1) and the argument list verl
+#: 0.9.1's vLLMHttpServer prints (vLLM 0.23, whose config line VLLM_LOGGING_LEVEL=WARN hides). The launch's own
+#: ``rollout.enable_prefix_caching=...`` override (after a ".") is not the engine's word for it.
 ENGINE_PREFIX_CACHING_OFF = re.compile(r"(?<![.\w])enable_prefix_caching=False\b|'--no-enable_prefix_caching'")
 ENGINE_PREFIX_CACHING_ON = re.compile(r"(?<![.\w])enable_prefix_caching=True\b|'--enable_prefix_caching'")
 
 
-def check_rollout_engine_ran_without_prefix_caching(rl_log: str) -> None:
-    """The cpu platform's RL setting (CpuPlatform.vllm_prefix_caching) reached the engine that served the rollouts
-    (patch 0026 on 0.6.1): vLLM's CPU build with prefix caching on died in IPEX's decode kernel on GRPO groups that
-    share a cached first block (tests/cpu/test_cpu_grpo_prefix_groups.py, opt-in since issue 51: this check guards the
-    setting on every main job, that file the crash it avoids)."""
-    on = ENGINE_PREFIX_CACHING_ON.search(rl_log)
-    assert not on, f"a rollout engine started with prefix caching on (rl.log): ...{rl_log[on.start() - 200 : on.end()]}"
-    assert ENGINE_PREFIX_CACHING_OFF.search(rl_log), "the rollout engine did not log prefix caching off (rl.log)"
+def check_rollout_engine_prefix_caching(rl_log: str, stack: stacks.Stack) -> None:
+    """The cpu platform's RL setting for the run's stack (CpuPlatform.prefix_caching_overrides) reached the engine
+    that served the rollouts. Off on the reference (patch 0026): vLLM 0.11's CPU build with it on died in IPEX's
+    decode kernel on GRPO groups that share a cached first block (tests/cpu/test_cpu_grpo_prefix_groups.py, opt-in
+    since issue 51: this check guards the setting on every main job, that file the crash it avoids). On, in the
+    stack's block size, on the current stack (Stack.vllm_cpu_prefix_block): what its generation's speed rests on."""
+    block = stack.vllm_cpu_prefix_block
+    wrong, right = (
+        (ENGINE_PREFIX_CACHING_ON, ENGINE_PREFIX_CACHING_OFF)
+        if block is None
+        else (ENGINE_PREFIX_CACHING_OFF, ENGINE_PREFIX_CACHING_ON)
+    )
+    seen = wrong.search(rl_log)
+    assert not seen, (
+        f"a rollout engine started with the wrong prefix caching (rl.log): ...{rl_log[seen.start() - 200 : seen.end()]}"
+    )
+    assert right.search(rl_log), f"the rollout engine did not log prefix caching {'off' if block is None else 'on'}"
+    if block is not None:
+        # the server prints its arguments one a line: '--block_size', then '32' on the next, after Ray's prefix
+        size = re.search(r"'--block_size',[^\n']*\n?[^\n']*'(\d+)'", rl_log)
+        assert size and int(size.group(1)) == block, f"the rollout engine's block size is not {block}: {size}"
 
 
 def check_sandbox_stopped(run: dict) -> None:

@@ -11,6 +11,7 @@ rollout facts, checked against the real package where it is installed.
 from __future__ import annotations
 
 import importlib.metadata
+import itertools
 import json
 import subprocess
 import sys
@@ -21,7 +22,12 @@ import pytest
 from kit_testing import kit_env, require_vllm, tiny_model_dir, vllm_server
 
 from platforms import CPU, CUDA, NPU, stacks, vllm_cpu
-from platforms.base import RL_PREFIX_CACHING_KEY, RL_ROLLOUT_NAME_KEY, RL_VLLM_SLEEP_MODE_KEY
+from platforms.base import (
+    RL_PREFIX_CACHING_KEY,
+    RL_ROLLOUT_NAME_KEY,
+    RL_VLLM_BLOCK_SIZE_KEY,
+    RL_VLLM_SLEEP_MODE_KEY,
+)
 
 
 def test_alias_wheel_is_a_valid_metadata_only_wheel(tmp_path: Path) -> None:
@@ -76,13 +82,17 @@ def test_engine_falls_back_to_hf_with_a_reason(monkeypatch: pytest.MonkeyPatch) 
     assert f"{RL_ROLLOUT_NAME_KEY}=hf" in CPU.verl_overrides("rl", stacks.REFERENCE)
 
 
-def test_sleep_mode_and_prefix_caching_are_off_on_cpu_only() -> None:
+def test_sleep_mode_is_off_on_cpu_and_prefix_caching_where_the_stacks_vllm_breaks_it() -> None:
     cpu = CPU.verl_overrides("rl", stacks.REFERENCE)
     assert f"{RL_VLLM_SLEEP_MODE_KEY}=False" in cpu and "actor_rollout_ref.rollout.enforce_eager=True" in cpu
     assert f"{RL_PREFIX_CACHING_KEY}=False" in cpu  # IPEX's decode kernel (tests/cpu/test_cpu_grpo_prefix_groups.py)
-    for platform in (NPU, CUDA):  # vLLM's sleep mode is what frees the device for training there: keep verl's
-        overrides = platform.verl_overrides("rl", stacks.REFERENCE)
-        changed = ("enable_sleep_mode", RL_ROLLOUT_NAME_KEY, RL_PREFIX_CACHING_KEY)
+    assert not [o for o in cpu if RL_VLLM_BLOCK_SIZE_KEY in o], cpu  # vLLM 0.11 with IPEX keeps its own block size
+    current = CPU.verl_overrides("rl", stacks.CURRENT)  # vLLM 0.23's own CPU attention, in blocks of 32
+    assert f"{RL_PREFIX_CACHING_KEY}=True" in current and f"{RL_VLLM_BLOCK_SIZE_KEY}=32" in current, current
+    assert f"{RL_PREFIX_CACHING_KEY}=False" not in current, current
+    for platform, stack in itertools.product((NPU, CUDA), stacks.STACKS.values()):  # vLLM's sleep mode is what
+        overrides = platform.verl_overrides("rl", stack)  # frees the device for training there: keep verl's
+        changed = ("enable_sleep_mode", RL_ROLLOUT_NAME_KEY, RL_PREFIX_CACHING_KEY, RL_VLLM_BLOCK_SIZE_KEY)
         assert not [o for o in overrides if any(key in o for key in changed)], overrides
 
 

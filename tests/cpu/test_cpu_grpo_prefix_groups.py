@@ -6,8 +6,8 @@ when the sequences of a decode batch share cached prompt blocks in groups: GRPO 
 find their prompt's first 128-token block (the CPU block size with IPEX, vllm/platforms/cpu.py:147-148) cached,
 as every turn after the first of a multi-turn rollout does. A replay of the failing call (block tables
 [[1, 5], [1, 6], [1, 7], [1, 8], [3, 9], ...]) fails with 1 and with 2 OpenMP threads; giving every sequence its own
-first block makes it pass. The cpu platform turns prefix caching off for RL (``CpuPlatform.vllm_prefix_caching``),
-which reaches vLLM only with patch 0026.
+first block makes it pass. The cpu platform turns prefix caching off for RL on the reference
+(``CpuPlatform.prefix_caching_overrides``), which reaches vLLM only with patch 0026.
 
 The run: ``main_ppo`` GRPO, ``rollout.n=4``, four prompts of ~150 tokens that differ from their first user token
 on, one rank (one vLLM replica serves all four groups), 2 steps, with the platform's overrides, and a prefill budget
@@ -103,8 +103,8 @@ def grpo_overrides(data: Path, reward: Path, ckpt: Path) -> list[str]:
     ]
 
 
-# Issue 51: opt-in. Every main job checks that its rollout engine started with prefix caching off (both stacks:
-# tests/kit_main_job.py check_rollout_engine_ran_without_prefix_caching); this run shows the crash it avoids.
+# Issue 51: opt-in. Every main job checks that its rollout engine started with its stack's prefix caching (off on
+# the reference: tests/kit_main_job.py check_rollout_engine_prefix_caching); this run shows the crash it avoids.
 @pytest.mark.covered_e2e
 def test_grpo_groups_without_a_shared_first_block(tmp_path: Path) -> None:
     require_vllm()
