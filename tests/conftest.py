@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import kit_signals
 import pytest
 import unpatched_proof
 from fault_index import fault_tests
@@ -191,3 +192,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if marker in item.keywords:
                 item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored() -> Iterator[None]:
+    """A signal handler a test installs does not outlive it (tests/kit_signals.py: why)."""
+    with kit_signals.handlers_restored():
+        yield
