@@ -39,9 +39,9 @@ CPU build, first step 96 s into the stage, then ~12 s a step: docs/measurements/
 check: 9.9 min (docs/measurements/learn_speed.yaml; docs/main-job.md).""",
     ),
     CURRENT: Timings(
-        learn="11.8 min on 2 AMD EPYC cores with --stack 0.9.1, docs/measurements/learn_both_stacks.yaml; 15.4 min "
-        "with prefix caching on 2 AVX2-only cores, where the reference took 16.7 min, "
-        "docs/measurements/learn_both_stacks_avx2.yaml",
+        learn="11.8 min on 2 AVX-512 AMD EPYC cores with --stack 0.9.1 before prefix caching, "
+        "docs/measurements/learn_both_stacks.yaml; 15.4 min with it on 2 AVX2-only cores, where the reference took "
+        "16.7 min, docs/measurements/learn_both_stacks_avx2.yaml",
         fast="""\
 Measured on stack 0.9.1 with --fast on 2 CPU cores (fp32): 519 s, of which SFT 242 s (96 steps, 2.0 s/step) and RL
 212 s (vLLM 0.23's CPU build, one trainer rank, first step 190 s into the stage, then ~15.8 s a step:
