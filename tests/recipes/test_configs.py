@@ -244,6 +244,10 @@ def test_cpu_profile_is_the_tiny_smoke(plans: dict[tuple[str, str], plan.Plan]) 
             assert cfg.model.strategy == "fsdp2" and cfg.model.attn_implementation == "kit_packed_sdpa"
             assert cfg.ulysses_sequence_parallel_size == 1
             assert "--nproc_per_node=2" in built.argv and "--standalone" in built.argv
+            # batches load in the training rank, not in 8 forked workers a rank (patch 0032's key): 35 s of the
+            # learning check's SFT on 2 cores (docs/measurements/sft_dataloader_workers.yaml); the full scale keeps 8
+            assert cfg.data.num_workers == 0
+            assert plans[(name, "a3")].cfg.data.num_workers == 8
         else:
             arr = cfg.actor_rollout_ref
             assert (arr.rollout.name, arr.rollout.mode) == (CPU.rollout_engine(STACK).name, "async")
