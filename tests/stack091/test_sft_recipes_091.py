@@ -76,6 +76,15 @@ def test_the_neutral_values_sit_where_the_launcher_reads_them(recipe: str) -> No
     assert list(cfg.optim.betas) == [0.9, 0.95] and cfg.data.use_dynamic_bsz is False
 
 
+@pytest.mark.parametrize("recipe", SFT_RECIPES)
+def test_the_smoke_scale_loads_batches_in_the_training_rank(recipe: str) -> None:
+    """data.num_workers, 0.9.1's own key (sft_trainer_engine.yaml:40, read at verl/trainer/sft_trainer.py:250) and the
+    reference's through patch 0032: 0 at the smoke scale, verl's 8 at the full one
+    (docs/measurements/sft_dataloader_workers.yaml)."""
+    assert _composed(recipe, "cpu").data.num_workers == 0
+    assert _composed(recipe, "a3").data.num_workers == 8
+
+
 def test_verl_builds_its_engine_and_optimiser_from_the_unresolved_config() -> None:
     """verl resolves the yaml's ``${sft.*}`` interpolations itself when it builds its dataclasses (sft_trainer.py
     :142-143 gets the config as Hydra composed it)."""
