@@ -32,7 +32,8 @@ class Timings:
 TIMINGS = {
     REFERENCE: Timings(
         learn="10.4 min on 2 AMD EPYC cores, docs/measurements/learn_both_stacks.yaml; 9.9 min on the 2 Intel Xeon "
-        "cores it was tuned on, docs/measurements/learn_speed.yaml",
+        "cores it was tuned on, docs/measurements/learn_speed.yaml; both before patch 0032, which took its SFT stage "
+        "from 306.4 s to 271.4 s on 2 AVX2-only cores, docs/measurements/sft_dataloader_workers.yaml",
         fast="""\
 Measured with --fast on 2 CPU cores (fp32): 308 s, of which SFT 160 s (96 steps, 1.2 s/step) and RL 109 s (vLLM's
 CPU build, first step 96 s into the stage, then ~12 s a step: docs/measurements/fast_pipeline.yaml); the learning
