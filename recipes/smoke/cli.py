@@ -70,13 +70,18 @@ def _platform_names() -> list[str]:
 def _add_mode_options(parser: argparse.ArgumentParser) -> None:
     """Which run: the learning check (default, or --learn, on SmolLM2 or --model) or the pipeline check (--fast,
     --tiny: the random tiny model)."""
+    # the check's sizes and bar, from the module that judges it (standard library only, imported for --help alone)
+    from recipes.smoke import learn
+
     parser.add_argument(
         "--learn",
         action="store_true",
         help="the learning check, explicitly (it is what runs without --fast or --tiny): SmolLM2-135M-Instruct "
         "(retool-models smollm2) on products only the code tool computes, SFT on a mix of tool and guessed answers, "
-        "then 4 GRPO steps validated before and after on 64 held-out products; fails (exit 1, one line) unless "
-        "validation accuracy rises by +0.15 and x1.5 and the tool-call rate rises (recipes/smoke/learn.py)",
+        f"then {learn.LEARN.rl_steps} GRPO steps validated before and after on {learn.MIN_VAL_SAMPLES} held-out "
+        f"products; fails (exit 1, one line) unless validation accuracy rises by +{learn.TARGET_GAIN} and "
+        f"x{learn.TARGET_RATIO} (or by {learn.TARGET_ERROR_CUT * 100:.0f}%% of its errors, where that asks less) "
+        "and the tool-call rate rises (recipes/smoke/learn.py)",
     )
     parser.add_argument(
         "--model",
@@ -336,7 +341,8 @@ def _check_args(words: list[str]) -> int:
     args, stack = parse_run_args(words)  # --help: printed, exit 0, nothing on fd
     out = (args.out or default_out("smoke")).resolve()
     check_out(out, args.force)
-    # the tasks' names (recipes.smoke.learn's LEARN_TASK, commands' SMOKE_TASK): check-args imports neither
+    # the tasks' names (recipes.smoke.learn's LEARN_TASK, commands' SMOKE_TASK), as words: the parser reads learn's
+    # sizes for --help only
     check_from_sft(args.from_sft, out, "learn" if run_mode(args) == "learn" else "smoke")
     answer = runner(args, stack)
     if fd is None:
