@@ -70,7 +70,7 @@ def _platform_names() -> list[str]:
 def _add_mode_options(parser: argparse.ArgumentParser) -> None:
     """Which run: the learning check (default, or --learn, on SmolLM2 or --model) or the pipeline check (--fast,
     --tiny: the random tiny model)."""
-    # the check's sizes and bar, from the module that judges it (standard library only, imported for --help alone)
+    # the check's sizes and bar, from the module that judges it (standard library only: check-args may import it)
     from recipes.smoke import learn
 
     parser.add_argument(
@@ -341,8 +341,7 @@ def _check_args(words: list[str]) -> int:
     args, stack = parse_run_args(words)  # --help: printed, exit 0, nothing on fd
     out = (args.out or default_out("smoke")).resolve()
     check_out(out, args.force)
-    # the tasks' names (recipes.smoke.learn's LEARN_TASK, commands' SMOKE_TASK), as words: the parser reads learn's
-    # sizes for --help only
+    # the tasks' names (recipes.smoke.learn's LEARN_TASK, commands' SMOKE_TASK), as words
     check_from_sft(args.from_sft, out, "learn" if run_mode(args) == "learn" else "smoke")
     answer = runner(args, stack)
     if fd is None:
