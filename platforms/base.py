@@ -41,6 +41,7 @@ RL_RAY_NUM_CPUS_KEY = "ray_kwargs.ray_init.num_cpus"
 RL_RAY_DASHBOARD_KEY = "+ray_kwargs.ray_init.include_dashboard"
 RL_ROLLOUT_NAME_KEY = "actor_rollout_ref.rollout.name"
 RL_ENFORCE_EAGER_KEY = "actor_rollout_ref.rollout.enforce_eager"
+RL_ROLLOUT_PREFIX = "actor_rollout_ref.rollout."
 RL_PREFIX_CACHING_KEY = "actor_rollout_ref.rollout.enable_prefix_caching"
 # A module verl's FSDP workers import before they build anything (fsdp_workers.py import_external_libs).
 RL_EXTERNAL_LIB_KEY = "actor_rollout_ref.model.external_lib"
@@ -235,6 +236,9 @@ class Platform(ABC):
     vllm_sleep_mode: ClassVar[bool] = True
     #: vLLM must run eager here (no graph capture): emitted as ``rollout.enforce_eager``; None leaves the recipe's.
     vllm_enforce_eager: ClassVar[bool | None] = None
+    #: vLLM's batch limits here (``max_num_batched_tokens``, ``max_num_seqs``), emitted as the rollout's keys of
+    #: those names; None leaves the recipe's (verl's defaults, sized for a GPU).
+    vllm_batch_limits: ClassVar[Mapping[str, int] | None] = None
 
     # -- probes
 
@@ -307,6 +311,8 @@ class Platform(ABC):
         overrides = [] if self.vllm_sleep_mode else [f"{RL_VLLM_SLEEP_MODE_KEY}=False"]
         if self.vllm_enforce_eager is not None:
             overrides.append(f"{RL_ENFORCE_EAGER_KEY}={self.vllm_enforce_eager}")
+        for key, value in (self.vllm_batch_limits or {}).items():
+            overrides.append(f"{RL_ROLLOUT_PREFIX}{key}={value}")
         return overrides + self.prefix_caching_overrides(stack)
 
     def prefix_caching_overrides(self, stack: Stack) -> list[str]:

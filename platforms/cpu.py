@@ -53,6 +53,8 @@ CPU_RAY_NUM_CPUS = 8
 #: vllm/platforms/cpu.py:114-123; 1 GiB held the smoke's tiny model: shared/notes). Raise it for real models.
 VLLM_KVCACHE_GIB = "1"
 VLLM_KVCACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
+#: vLLM's defaults for an OpenAI API server on a CPU at tensor parallel 1 (see CpuPlatform.vllm_batch_limits).
+VLLM_CPU_BATCH_LIMITS = {"max_num_batched_tokens": 2048, "max_num_seqs": 128}
 
 #: Where Debian/Ubuntu (libtcmalloc-minimal4) and RHEL-likes (gperftools-libs) put tcmalloc.
 TCMALLOC_CANDIDATES: tuple[str, ...] = (
@@ -174,6 +176,11 @@ class CpuPlatform(Platform):
     run_script = "docker/run_cpu.sh"
     # vLLM's CPU backend captures no graphs; verl's default is enforce_eager=False (rollout.yaml:38).
     vllm_enforce_eager = True
+    # vLLM's own limits for a CPU API server (vllm/engine/arg_utils.py: 0.11.0 :1642-1651, 0.23.0 :2358-2366), not
+    # verl's GPU-sized 8192 and 1024 (verl/workers/config/rollout.py:142,150 in 0.6.1). vLLM's CPU worker runs a dummy
+    # forward of the batch limit before it serves (0.23: cpu_worker.py:170 -> profile_run, max_num_batched_tokens
+    # tokens; 0.11: cpu_worker.py:98, max(16, max_num_seqs)); scripts/bench_vllm_cpu.py measures both.
+    vllm_batch_limits = VLLM_CPU_BATCH_LIMITS
 
     def is_available(self) -> bool:
         return True

@@ -175,6 +175,9 @@ class VerlFacts:
     #: What makes a rollout server actor admit ``max(1000, max_num_seqs + 16)`` generate calls at once, as the dry
     #: run's "in flight" row credits it (the kit's patch, or verl's own line).
     server_admits_by: str
+    #: With vLLM's chunked prefill off, verl raises ``rollout.max_num_batched_tokens`` to max_model_len itself (0.9.1:
+    #: vllm_async_server.py:1123-1129); without that, vLLM refuses a smaller value (vllm/config/scheduler.py:235-243).
+    raises_batched_tokens_to_model_len: bool = False
     # the kit's SFT key names (SFT_ROLES) -> this verl's key, as an override spells it ('+'/'++': not in verl's yaml)
     sft_keys: Mapping[str, str] = field(default_factory=dict, compare=False)
     #: This verl's bugs that a kit check guards against (keys: WEIGHTS_UNSYNCED_WITHOUT_FREE_CACHE, FUSED_SP_LABELS).
@@ -363,6 +366,7 @@ VERL_091 = VerlFacts(
     task_runner_cpus=0,
     # kit: verl 0.9.1 verl/workers/rollout/replica.py:257-260 (upstream, verl PR #5402)
     server_admits_by="verl's RolloutReplica.max_concurrency",
+    raises_batched_tokens_to_model_len=True,
     sft_keys=_SFT_KEYS_091,
     # Neither of 0.6.1's bugs. The V1 sync trainer updates the weights after every step
     # (verl/trainer/ppo/v1/trainer_sync.py:35-38) and the colocated (naive) sync pushes them whatever

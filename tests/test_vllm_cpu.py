@@ -5,7 +5,8 @@ rollout facts, checked against the real package where it is installed.
 * the requirement list drops exactly what the venv pins itself (torch, triton), nothing else;
 * the engine falls back to the hf rollout with a reason when vllm-cpu is missing;
 * the platform's sleep-mode fact is real: verl's server with vLLM's sleep mode on (verl hard-codes it) is refused by
-  vLLM on CPU, which is why the cpu platform turns it off (a run with it on stops before its first step).
+  vLLM on CPU, which is why the cpu platform turns it off (a run with it on stops before its first step);
+* the batch limits the cpu platform hands verl are vLLM's own for a CPU API server.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from platforms.base import (
     RL_VLLM_BLOCK_SIZE_KEY,
     RL_VLLM_SLEEP_MODE_KEY,
 )
+from platforms.cpu import VLLM_CPU_BATCH_LIMITS
 
 
 def test_alias_wheel_is_a_valid_metadata_only_wheel(tmp_path: Path) -> None:
@@ -137,3 +139,18 @@ def test_the_reserved_core_setting_is_vllm_011s_own_default() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     lists = json.loads(proc.stdout.strip().splitlines()[-1])
     assert lists["given"] == lists["default"] and lists["given"], lists
+
+
+def test_the_batch_limits_are_vllms_own_for_a_cpu_api_server() -> None:
+    """The cpu platform hands verl vLLM 0.11's own CPU limits, not verl's GPU-sized 8192 tokens and 1024 sequences:
+    vLLM's CPU worker warms up on a batch of max_num_seqs tokens before it serves (scripts/bench_vllm_cpu.py)."""
+    require_vllm()
+    from vllm_cpu_defaults import vllm_api_server_limits
+
+    assert vllm_api_server_limits(tiny_model_dir()) == VLLM_CPU_BATCH_LIMITS
+    for stack in stacks.STACKS.values():
+        cpu = CPU.verl_overrides("rl", stack)
+        for key, value in VLLM_CPU_BATCH_LIMITS.items():
+            assert f"actor_rollout_ref.rollout.{key}={value}" in cpu, cpu
+    for platform, stack in itertools.product((NPU, CUDA), stacks.STACKS.values()):  # the recipes' own there
+        assert not [o for o in platform.verl_overrides("rl", stack) if "max_num_" in o]

@@ -440,3 +440,25 @@ def test_counts_the_plan_divides_by_are_checked_before_any_arithmetic(
     captured = capsys.readouterr()
     assert rc == cli.EXIT_FAILED, captured
     assert f"error: {error}" in captured.out + captured.err and "Traceback" not in captured.out + captured.err
+
+
+def test_batched_tokens_below_a_sequence_are_refused_where_vllm_refuses_them() -> None:
+    """The cpu platform hands vLLM its own CPU limit, 2048 tokens a step (platforms/cpu.py): with chunked prefill off
+    and a recipe's sequence longer than that, vLLM 0.11 refuses to start, and only verl 0.9.1 raises the limit first."""
+    from omegaconf import OmegaConf
+
+    from platforms import stacks
+    from recipes.launch.planning.checks import check_batched_tokens
+
+    off = "actor_rollout_ref.rollout.enable_chunked_prefill=False"
+    long = ("data.max_response_length=4096", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192")
+    built = _build("qwen2.5_7b_dapo", "cpu", off, *long)  # the cpu scale's prompt 768 + this response
+    refused = [e for e in built.errors if "max_num_batched_tokens=2048 is below max_model_len 4864" in e]
+    assert bool(refused) == (not STACK.verl.raises_batched_tokens_to_model_len), built.errors
+    assert _build("qwen2.5_7b_dapo", "cpu", *long).errors == []  # chunked prefill on (verl's default): vLLM chunks
+    assert _build("qwen2.5_7b_dapo", "cpu", off).errors == []  # the cpu scale's 832 tokens fit in one step
+    assert _build("qwen2.5_7b_dapo", "a2", off).errors == []  # the recipe's own 22528: one full sequence
+    rollout = OmegaConf.create({"enable_chunked_prefill": False, "max_num_batched_tokens": 2048, "max_model_len": None})
+    assert check_batched_tokens(rollout, 4096, stacks.REFERENCE) and not check_batched_tokens(
+        rollout, 4096, stacks.CURRENT
+    )

@@ -97,6 +97,7 @@ def check_rl(cfg: DictConfig, facts: Facts, stack: Stack) -> list[str]:
             f"actor.ppo_max_token_len_per_gpu x SP = {int(arr.actor.ppo_max_token_len_per_gpu) * sp} is below one "
             f"full sequence ({seq} = max_prompt_length + max_response_length)"
         )
+    errors += check_batched_tokens(arr.rollout, seq, stack)
     errors += check_verl_bugs(cfg, facts, stack)
     if not arr.rollout.multi_turn.enable or arr.rollout.mode != "async":
         errors.append(
@@ -109,6 +110,22 @@ def check_rl(cfg: DictConfig, facts: Facts, stack: Stack) -> list[str]:
     if facts.ray_demand is not None:
         errors += ray_cpus.problems(OmegaConf.select(cfg, ray_cpus.NUM_CPUS_KEY), layout.nnodes, facts.ray_demand)
     return errors
+
+
+def check_batched_tokens(rollout: DictConfig, seq: int, stack: Stack) -> list[str]:
+    """vLLM refuses ``max_num_batched_tokens`` below max_model_len with chunked prefill off, and only verl 0.9.1
+    raises it first (:attr:`VerlFacts.raises_batched_tokens_to_model_len`): the cpu platform's 2048 (vLLM's own CPU
+    default, platforms/cpu.py) is below a real recipe's sequence."""
+    if rollout.get("enable_chunked_prefill", True) or stack.verl.raises_batched_tokens_to_model_len:
+        return []
+    batched, model_len = int(rollout.max_num_batched_tokens), int(rollout.get("max_model_len") or seq)
+    if batched >= model_len:
+        return []
+    return [
+        f"rollout.max_num_batched_tokens={batched} is below max_model_len {model_len} with "
+        "rollout.enable_chunked_prefill=False: vLLM refuses it (vllm/config/scheduler.py:235-243); turn chunked "
+        f"prefill on or set actor_rollout_ref.rollout.max_num_batched_tokens={model_len}"
+    ]
 
 
 def check_verl_bugs(cfg: DictConfig, facts: Facts, stack: Stack) -> list[str]:
