@@ -306,7 +306,8 @@ class Platform(ABC):
 
     def rollout_overrides(self, stack: Stack) -> list[str]:
         """What verl's vLLM rollout needs on this platform: sleep mode off where vLLM refuses it, eager where graphs
-        cannot run, prefix caching off where it breaks. Subclasses that choose the engine themselves add
+        cannot run, vLLM's own batch limits where verl's GPU-sized ones cost its start-up, prefix caching off where it
+        breaks. Subclasses that choose the engine themselves add
         ``rollout.name``."""
         overrides = [] if self.vllm_sleep_mode else [f"{RL_VLLM_SLEEP_MODE_KEY}=False"]
         if self.vllm_enforce_eager is not None:

@@ -459,6 +459,9 @@ def test_batched_tokens_below_a_sequence_are_refused_where_vllm_refuses_them() -
     assert _build("qwen2.5_7b_dapo", "cpu", off).errors == []  # the cpu scale's 832 tokens fit in one step
     assert _build("qwen2.5_7b_dapo", "a2", off).errors == []  # the recipe's own 22528: one full sequence
     rollout = OmegaConf.create({"enable_chunked_prefill": False, "max_num_batched_tokens": 2048, "max_model_len": None})
+    rollout.max_num_seqs = 128
     assert check_batched_tokens(rollout, 4096, stacks.REFERENCE) and not check_batched_tokens(
         rollout, 4096, stacks.CURRENT
     )
+    many = _build("qwen3_4b_dapo", "cpu", "actor_rollout_ref.rollout.max_num_seqs=4096")  # vLLM refuses on both
+    assert any("max_num_batched_tokens=2048 is below rollout.max_num_seqs=4096" in e for e in many.errors), many.errors
