@@ -175,8 +175,8 @@ class VerlFacts:
     #: What makes a rollout server actor admit ``max(1000, max_num_seqs + 16)`` generate calls at once, as the dry
     #: run's "in flight" row credits it (the kit's patch, or verl's own line).
     server_admits_by: str
-    #: With vLLM's chunked prefill off, verl raises ``rollout.max_num_batched_tokens`` to max_model_len itself (0.9.1:
-    #: vllm_async_server.py:1123-1129); without that, vLLM refuses a smaller value (vllm/config/scheduler.py:235-243).
+    #: With vLLM's chunked prefill off, verl raises ``rollout.max_num_batched_tokens`` to max_model_len before vLLM sees
+    #: it (0.9.1: vllm_async_server.py:1123-1129): the step the dry run checks against ``max_num_seqs``.
     raises_batched_tokens_to_model_len: bool = False
     # the kit's SFT key names (SFT_ROLES) -> this verl's key, as an override spells it ('+'/'++': not in verl's yaml)
     sft_keys: Mapping[str, str] = field(default_factory=dict, compare=False)

@@ -31,11 +31,20 @@ from platforms.cpu import VLLM_CPU_BATCH_LIMITS  # noqa: E402
 from platforms.cpu_info import cpu_info  # noqa: E402
 from recipes.retool.schema import TOOL_SCHEMA  # noqa: E402
 
-#: verl's rollout defaults, what every server got before (verl/workers/config/rollout.py: 0.6.1 :142,:150).
-VERL_LIMITS = {"max_num_batched_tokens": 8192, "max_num_seqs": 1024}
 VARIANTS = ("verl", "kit")
 #: What starts the engine run's result line (vLLM prints to stdout too).
 RESULT = "bench_vllm_cpu result:"
+
+
+def verl_limits() -> dict[str, int]:
+    """What every server got before: the installed verl's rollout defaults for the same keys
+    (verl/workers/config/rollout.py ``RolloutConfig``), read, not copied."""
+    import dataclasses
+
+    from verl.workers.config.rollout import RolloutConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(RolloutConfig)}
+    return {key: int(defaults[key]) for key in VLLM_CPU_BATCH_LIMITS}
 
 
 def child(args: argparse.Namespace) -> None:
@@ -130,7 +139,7 @@ def main() -> None:
     if not (args.model and args.prompts):
         parser.error("--model and --prompts are required")
     stack = stacks.resolve()
-    limits = {"verl": VERL_LIMITS, "kit": dict(VLLM_CPU_BATCH_LIMITS)}
+    limits = {"verl": verl_limits(), "kit": dict(VLLM_CPU_BATCH_LIMITS)}
     results: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
     for i in range(args.repeats):
         for variant in VARIANTS:

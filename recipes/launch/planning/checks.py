@@ -113,28 +113,20 @@ def check_rl(cfg: DictConfig, facts: Facts, stack: Stack) -> list[str]:
 
 
 def check_batched_tokens(rollout: DictConfig, seq: int, stack: Stack) -> list[str]:
-    """The two limits vLLM's scheduler refuses at start-up (vllm/config/scheduler.py: 0.11.0 :235-249, 0.23.0
-    :260-278): a step below max_model_len with chunked prefill off, which only verl 0.9.1 raises first
-    (:attr:`VerlFacts.raises_batched_tokens_to_model_len`), and a step below ``max_num_seqs``. The cpu platform's
-    2048 tokens and 128 sequences (vLLM's own CPU defaults, platforms/cpu.py) are below a real recipe's sequence."""
-    errors = []
+    """vLLM refuses a step (``max_num_batched_tokens``) below ``max_num_seqs`` at start-up (vllm/config/scheduler.py:
+    0.11.0 :245-249, 0.23.0 :273-278); the cpu platform's step is vLLM's own CPU default, 2048 (platforms/cpu.py).
+    A step below max_model_len is no error on either stack: vLLM 0.11's V1 engine turns chunked prefill on for every
+    generating model (vllm/engine/arg_utils.py:1544-1548), and with it off verl 0.9.1 raises the step to max_model_len
+    first (:attr:`VerlFacts.raises_batched_tokens_to_model_len`), which is the step vLLM 0.23 then checks."""
     batched, seqs = int(rollout.max_num_batched_tokens), int(rollout.max_num_seqs)
-    model_len = int(rollout.get("max_model_len") or seq)
-    if not rollout.get("enable_chunked_prefill", True) and batched < model_len:
-        if stack.verl.raises_batched_tokens_to_model_len:
-            batched = model_len
-        else:
-            errors.append(
-                f"rollout.max_num_batched_tokens={batched} is below max_model_len {model_len} with "
-                "rollout.enable_chunked_prefill=False: vLLM refuses it (vllm/config/scheduler.py); turn chunked "
-                f"prefill on or set actor_rollout_ref.rollout.max_num_batched_tokens={model_len}"
-            )
-    if batched < seqs:
-        errors.append(
-            f"rollout.max_num_batched_tokens={batched} is below rollout.max_num_seqs={seqs}: vLLM refuses it "
-            f"(vllm/config/scheduler.py); set actor_rollout_ref.rollout.max_num_seqs={batched} or fewer"
-        )
-    return errors
+    if not rollout.get("enable_chunked_prefill", True) and stack.verl.raises_batched_tokens_to_model_len:
+        batched = max(batched, int(rollout.get("max_model_len") or seq))
+    if batched >= seqs:
+        return []
+    return [
+        f"rollout.max_num_batched_tokens={batched} is below rollout.max_num_seqs={seqs}: vLLM refuses it "
+        f"(vllm/config/scheduler.py); set actor_rollout_ref.rollout.max_num_seqs={batched} or fewer"
+    ]
 
 
 def check_verl_bugs(cfg: DictConfig, facts: Facts, stack: Stack) -> list[str]:
