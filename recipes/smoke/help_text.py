@@ -44,7 +44,8 @@ check: 9.9 min (docs/measurements/learn_speed.yaml; docs/main-job.md).""",
         learn="11.8 min on 2 AVX-512 AMD EPYC cores with --stack 0.9.1 before prefix caching, "
         "docs/measurements/learn_both_stacks.yaml; 15.4 min with it on 2 AVX2-only cores, where the reference took "
         "16.7 min, docs/measurements/learn_both_stacks_avx2.yaml; both with 64 validation samples, 128 since: "
-        "1,106.4 s on 2 AVX2-only cores, docs/measurements/learn_val_samples.yaml",
+        "1,106.4 s on 2 AVX2-only cores, 981.1 s since vLLM's own CPU batch limits, "
+        "docs/measurements/learn_val_samples.yaml",
         fast="""\
 Measured on stack 0.9.1 with --fast on 2 CPU cores (fp32): 519 s, of which SFT 242 s (96 steps, 2.0 s/step) and RL
 212 s (vLLM 0.23's CPU build, one trainer rank, first step 190 s into the stage, then ~15.8 s a step:
