@@ -95,13 +95,15 @@ LEARN_TASK = Task(
         "actor_rollout_ref.actor.use_kl_loss=False",
         # the rollout returns its tokens' log-probs: the weight sync's direct witness (recipes/smoke/sync_witness.py)
         "actor_rollout_ref.rollout.calculate_log_probs=True",
-        # one micro-batch per rank (8 x 4 trajectories of ~180 tokens over 2 ranks): FSDP2 gathers the weights for
-        # every micro-batch, and SmolLM2's logits are small (49,152 wide) next to the smoke's 151,936
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8192",
+        # the update without activation checkpointing, in micro-batches of at most 1,024 tokens (the smoke size's):
+        # SmolLM2's update of 5,600 tokens on 2 AVX2 cores took 46.4 s and held 13.0 GB with checkpointing in one
+        # 8,192-token micro-batch, 35.8 s and 4.7 GB without it in 1,024-token ones (docs/measurements/
+        # learn_update_micro_batches.yaml). One 8,192-token micro-batch without checkpointing held 8 GB a rank and
+        # was killed by Ray's memory monitor on a 24 GB machine
+        "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=1024",
         "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=8192",
         "actor_rollout_ref.model.use_remove_padding=True",
-        # activation checkpointing stays on (the recipe's): without it each rank's update held 8 GB and the run was
-        # killed by Ray's memory monitor on a 24 GB machine (22.5 of 23.5 GB used, another job on it)
         # validation samples the policy itself (n 1 per held-out problem): the rates are the policy's
         "actor_rollout_ref.rollout.val_kwargs.n=1",
         "actor_rollout_ref.rollout.val_kwargs.temperature=1.0",

@@ -7,7 +7,8 @@ a user can compare with theirs. This module reads one finished run (``smoke.sh -
 them into seconds and achieved GFLOPS:
 
 * RL update: ``(8 if activations are recomputed else 6) x parameters x tokens`` (forward 2, backward 4, the
-  recomputed forward 2) over ``timing_s/update_actor``; the old log-prob pass ``2 x parameters x tokens``;
+  recomputed forward 2) over ``timing_s/update_actor``, whether they are read from the run's own resolved config
+  (``actor_recomputes``); the old log-prob pass ``2 x parameters x tokens``;
 * SFT step: ``6 x parameters x tokens`` (the learn task's SFT keeps no recomputation) over ``train/time(s)``, its
   tokens counted from the SFT parquet with the model's chat template;
 * generation: ``2 x parameters x response tokens`` over ``timing_s/gen`` (the agent loop's tool calls and the
@@ -21,6 +22,7 @@ settings and the current ones, on one stack or on every stack, in one run and pr
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,6 +33,9 @@ from recipes.smoke.progress import RL_STEP_TIME, SFT_STEP_TIME, step_metrics
 #: RL step phases, verl's timing keys.
 RL_PHASES = ("gen", "old_log_prob", "update_actor", "testing")
 TOKENS = "perf/total_num_tokens"
+#: The resolved config main_ppo prints: the actor's model block comes before the critic's (verl's ppo_trainer.yaml
+#: order), so the first occurrence is the actor's.
+CHECKPOINTING = re.compile(r"'enable_gradient_checkpointing': (True|False)")
 
 
 @dataclass
@@ -136,7 +141,16 @@ def sft_tokens_per_step(parquet: Path, model_dir: Path, batch: int) -> float:
     return statistics.mean(lengths) * batch
 
 
-def read_run(out: Path, label: str, *, recompute: bool = True, sft_batch: int = 8, trajectories: int = 32) -> RunSpeed:
+def actor_recomputes(rl_log: str) -> bool:
+    """Whether the run's actor recomputed activations in its update: the learning check turned it off (recipes/smoke/
+    learn.py), the runs before had the recipe's on; the run's printed config says which, whatever it was."""
+    found = CHECKPOINTING.search(rl_log)
+    if found is None:
+        raise ValueError("the RL log has no resolved config (enable_gradient_checkpointing): not a main_ppo log?")
+    return found.group(1) == "True"
+
+
+def read_run(out: Path, label: str, *, sft_batch: int = 8, trajectories: int = 32) -> RunSpeed:
     """A finished ``smoke.sh --learn --out OUT`` run's figures (the learn task's sizes: recipes/smoke/learn.py)."""
     summary = json.loads((out / "summary.json").read_text())
     speed = RunSpeed(label, machine=summary.get("machine", {}), total_s=float(summary.get("seconds", 0.0)))
@@ -147,7 +161,7 @@ def read_run(out: Path, label: str, *, recompute: bool = True, sft_batch: int = 
     model = out / "sft" / "hf_merged"
     params = parameters(model)
     rl_log = (out / "logs" / "rl.log").read_text(errors="replace")
-    speed.rl_phase_s, speed.rl_gflops = rl_figures(rl_log, params, recompute, trajectories)
+    speed.rl_phase_s, speed.rl_gflops = rl_figures(rl_log, params, actor_recomputes(rl_log), trajectories)
     sft_log = out / "logs" / "sft.log"
     if sft_log.is_file():
         tokens = sft_tokens_per_step(out / "data" / "learn_sft.parquet", model, sft_batch)

@@ -35,3 +35,24 @@ def test_the_sft_step_falls_back_to_the_pipelines_figure() -> None:
     assert speed.sft_figures("step:1 - train/loss:1.0\n", 10**8, 1000.0) == (None, None)
     step, gflops = speed.sft_figures("step:1 - train/loss:1.0\n", 10**8, 1000.0, measured=10.0)
     assert step == 10.0 and gflops == 6 * 10**8 * 1000.0 / 10.0 / 1e9
+
+
+def test_the_updates_flops_follow_the_runs_own_checkpointing() -> None:
+    """The update's FLOP count is 8x parameters x tokens with recomputed activations, 6x without: read from the run's
+    printed config (the actor's block first, the critic's after), not assumed (the learning check turned it off)."""
+    config = "(TaskRunner) {{'actor_rollout_ref': {{'model': {{'enable_gradient_checkpointing': {a},}}}},\n" + (
+        "(TaskRunner)  'critic': {{'model': {{'enable_gradient_checkpointing': {c},}}}}}}\n"
+    )
+    assert speed.actor_recomputes(config.format(a="False", c="True")) is False
+    assert speed.actor_recomputes(config.format(a="True", c="False")) is True
+    try:
+        speed.actor_recomputes("(TaskRunner) step:1 - timing_s/update_actor:10.0")
+    except ValueError as error:
+        assert "no resolved config" in str(error)
+    else:
+        raise AssertionError("a log without the config must not be read as either setting")
+    step = "(TaskRunner) step:1 - timing_s/step:20.0 - timing_s/update_actor:10.0 - perf/total_num_tokens:1000\n"
+    step += step.replace("step:1", "step:2")
+    with_recompute = speed.rl_figures(step, 10**8, True, 32)[1]["update_actor"]
+    without = speed.rl_figures(step, 10**8, False, 32)[1]["update_actor"]
+    assert (with_recompute, without) == (80.0, 60.0)
