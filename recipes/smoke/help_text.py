@@ -34,7 +34,9 @@ TIMINGS = {
         learn="10.4 min on 2 AMD EPYC cores, docs/measurements/learn_both_stacks.yaml; 9.9 min on the 2 Intel Xeon "
         "cores it was tuned on, docs/measurements/learn_speed.yaml; both before patch 0032, which took its SFT stage "
         "from 306.4 s to 271.4 s on 2 AVX2-only cores, docs/measurements/sft_dataloader_workers.yaml; all with 64 "
-        "validation samples, 128 since: 1,101.4 s on 2 AVX2-only cores, docs/measurements/learn_val_samples.yaml",
+        "validation samples, 128 since: 1,101.4 s on 2 AVX2-only cores, docs/measurements/learn_val_samples.yaml; "
+        "773.1 s with the RL update in small micro-batches without activation checkpointing, on a day that machine ran "
+        "faster, docs/measurements/learn_update_micro_batches.yaml",
         fast="""\
 Measured with --fast on 2 CPU cores (fp32): 308 s, of which SFT 160 s (96 steps, 1.2 s/step) and RL 109 s (vLLM's
 CPU build, first step 96 s into the stage, then ~12 s a step: docs/measurements/fast_pipeline.yaml); the learning
@@ -45,7 +47,8 @@ check: 9.9 min (docs/measurements/learn_speed.yaml; docs/main-job.md).""",
         "docs/measurements/learn_both_stacks.yaml; 15.4 min with it on 2 AVX2-only cores, where the reference took "
         "16.7 min, docs/measurements/learn_both_stacks_avx2.yaml; both with 64 validation samples, 128 since: "
         "1,106.4 s on 2 AVX2-only cores, 981.1 s since vLLM's own CPU batch limits, "
-        "docs/measurements/learn_val_samples.yaml",
+        "docs/measurements/learn_val_samples.yaml; 773.7 s with the RL update in small micro-batches without "
+        "activation checkpointing, on a day that machine ran faster, docs/measurements/learn_update_micro_batches.yaml",
         fast="""\
 Measured on stack 0.9.1 with --fast on 2 CPU cores (fp32): 519 s, of which SFT 242 s (96 steps, 2.0 s/step) and RL
 212 s (vLLM 0.23's CPU build, one trainer rank, first step 190 s into the stage, then ~15.8 s a step:
