@@ -1,10 +1,7 @@
 """The learning check's actor update: no activation checkpointing, micro-batches of at most 1,024 tokens a rank.
 
-With the recipe's checkpointing and one micro-batch of up to 8,192 tokens (its settings before), the update of a
-step's ~5,600 tokens took 46.4 s and held 13.0 GB in scripts/bench_update_micro_batches.py's proxy on 2 AVX2 cores;
-without checkpointing in 1,024-token micro-batches 35.8 s and 4.7 GB (docs/measurements/
-learn_update_micro_batches.yaml). One 8,192-token micro-batch without checkpointing held 8 GB a rank and was killed by
-Ray's memory monitor (recipes/smoke/learn.py): the two settings go together.
+Faster and smaller than checkpointing in one micro-batch (docs/measurements/learn_update_micro_batches.yaml); one big
+micro-batch without checkpointing was killed by Ray's memory monitor (recipes/smoke/learn.py): the two go together.
 """
 
 from __future__ import annotations

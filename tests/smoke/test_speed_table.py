@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from recipes.smoke import speed
 
 
@@ -45,12 +47,8 @@ def test_the_updates_flops_follow_the_runs_own_checkpointing() -> None:
     )
     assert speed.actor_recomputes(config.format(a="False", c="True")) is False
     assert speed.actor_recomputes(config.format(a="True", c="False")) is True
-    try:
+    with pytest.raises(ValueError, match="no resolved config"):  # read as neither setting
         speed.actor_recomputes("(TaskRunner) step:1 - timing_s/update_actor:10.0")
-    except ValueError as error:
-        assert "no resolved config" in str(error)
-    else:
-        raise AssertionError("a log without the config must not be read as either setting")
     step = "(TaskRunner) step:1 - timing_s/step:20.0 - timing_s/update_actor:10.0 - perf/total_num_tokens:1000\n"
     step += step.replace("step:1", "step:2")
     with_recompute = speed.rl_figures(step, 10**8, True, 32)[1]["update_actor"]
