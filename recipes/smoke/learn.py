@@ -207,6 +207,39 @@ def _judge_curve(curve: list[ValPoint]) -> Verdict:
     return Verdict(False, f"learn: {text}: did NOT learn ({why})")
 
 
+#: Where a second try runs, inside the first's ``--out`` (:func:`second_try_warranted`).
+SECOND_TRY_DIR = "try2"
+
+
+def second_try_warranted(
+    curve: list[ValPoint], verdict: Verdict, witness: SyncVerdict | None, mask: MaskVerdict | None
+) -> bool:
+    """Whether a failed first try earns one more RL run from the same SFT model: it learned (accuracy and tool calls
+    both rose, on enough samples, both direct witnesses clean) but fell short of the bar.
+
+    Why: four GRPO steps of 32 trajectories end in a spread of policies; the same run that learned 0.65 -> 0.95
+    here learned 0.65 -> 0.77 in CI, its witnesses clean and its training reward at +0.94 (docs/measurements/
+    learn_second_try.yaml). None of the sabotages earns one: a flipped reward lowers accuracy, and a weight sync or
+    loss mask that breaks fails its witness (learn_val_samples.yaml, sabotage_091.yaml). A broken run gets the same
+    bar twice, not a lower one."""
+    if verdict.ok or len(curve) < 2 or witness is None or mask is None or not (witness.ok and mask.ok):
+        return False
+    before, after = curve[0], curve[-1]
+    if min(before.samples, after.samples) < MIN_VAL_SAMPLES:
+        return False
+    return after.acc > before.acc and after.tool_call_rate > before.tool_call_rate
+
+
+def second_try_override(rl_extra: tuple[str, ...]) -> str:
+    """The second try's one change: its training prompts in another order (verl's ``data.seed`` seeds the train
+    sampler's generator: verl 0.6.1 ``trainer/main_ppo.py:432-434``, 0.9.1 ``trainer/ppo/utils.py:160-162``). The
+    first try's own seed plus one (``--rl-override data.seed=S``), else 1: unset, the generator keeps torch's
+    default seed. A different order alone would do on a machine that repeats a run exactly."""
+    seeds = [value for key, _, value in (word.partition("=") for word in rl_extra) if key.lstrip("+") == "data.seed"]
+    last = seeds[-1].strip() if seeds else ""
+    return f"data.seed={int(last) + 1 if last.lstrip('-').isdigit() else 1}"
+
+
 def summary_fields(
     curve: list[ValPoint], verdict: Verdict, witness: SyncVerdict | None = None, mask: MaskVerdict | None = None
 ) -> dict[str, Any]:

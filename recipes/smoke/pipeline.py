@@ -71,6 +71,7 @@ class Smoke(SmokeCommands):
         seed, rl_extra)."""
         super().__init__(out, sizes, profile, stack, **options)
         self.stages: dict[str, Stage] = {}
+        self.try_number = 1  # the learning check's second try is 2 (_second_try): never a third
         self.sandbox = SandboxService(self.logs / "sandbox.log", out / "sandbox.pid", self.helper_env())
 
     # -- stages
@@ -264,8 +265,40 @@ class Smoke(SmokeCommands):
         print(learn.render_curve(curve), flush=True)
         print(witness.line, flush=True)
         print(mask.line, flush=True)
-        if not verdict.ok:
+        if self.try_number == 1 and learn.second_try_warranted(curve, verdict, witness, mask):
+            self._second_try(st)
+        elif not verdict.ok:
             raise StageError(verdict.line)
+
+    def _second_try(self, st: Stage) -> None:
+        """One more RL run from this run's SFT model, its own run in ``OUT/try2`` (as ``--from-sft OUT``), its
+        training prompts reshuffled; its verdict is the check's, and both tries' are kept
+        (recipes.smoke.learn.second_try_warranted says when, and why)."""
+        from recipes.smoke import learn
+
+        override = learn.second_try_override(self.rl_extra)
+        out = self.out / learn.SECOND_TRY_DIR
+        say(f"learn: the first try fell short ({st.metric}); a second RL try from its SFT model ({override}) in {out}")
+        second = type(self)(
+            out, self.sizes, self.profile, self.stack, trace=self.trace, rollout=self.rollout, task=self.task,
+            seed=self.seed, rl_extra=(*self.rl_extra, override), sft_extra=self.sft_extra, model=self.user_model,
+            from_sft=self.out,
+        )  # fmt: skip
+        second.try_number = 2
+        out.mkdir()
+        failed = second.run() != 0
+        decided = second.stages.get("learn")
+        first = {**st.details, "out": str(self.out)}
+        if decided is not None and decided.details:
+            st.details = {**decided.details, "first_try": first, "tries": 2, "second_try_out": str(out)}
+            st.metric = f"try 1: {st.metric}; try 2: {decided.metric}"
+        else:  # the second try stopped before its verdict: the check has none beyond the first's
+            stopped = next((s for s in second.stages.values() if s.status == "failed"), None)
+            why = f"failed at {stopped.name}: {stopped.error}" if stopped else "did not finish"
+            st.details = {**st.details, "learn_ok": False, "first_try": first, "tries": 2, "second_try_out": str(out)}
+            st.metric = f"try 1: {st.metric}; try 2 {why} ({out})"
+        if failed:
+            raise StageError(f"learn: {st.metric}")
 
     def stage_plots(self, st: Stage) -> None:
         cmd = self.plots_command()

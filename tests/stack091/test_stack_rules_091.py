@@ -206,3 +206,15 @@ def test_row5_the_in_flight_row_credits_the_stacks_verl(tmp_path: Path) -> None:
     [row] = [line for line in out.splitlines() if line.startswith("in flight:")]
     assert "patch 0028" not in row and _stack().verl.server_admits_by in row, row
     assert foreign_patches(out, _stack()) == []
+
+
+def test_the_learning_checks_second_try_override_is_a_key_of_the_rl_config() -> None:
+    """The learning check's second try reshuffles its training prompts with ``data.seed`` (recipes/smoke/learn.py
+    ``second_try_override``): a key of 0.9.1's RL config, or Hydra's struct rule would refuse it mid-run."""
+    from platforms import PROFILES
+    from recipes.smoke.commands import check_rl_overrides
+    from recipes.smoke.learn import second_try_override
+
+    check_rl_overrides(PROFILES["cpu"], _stack(), [second_try_override(())])
+    with pytest.raises(Exception, match="no key data.sed"):
+        check_rl_overrides(PROFILES["cpu"], _stack(), ["data.sed=1"])
