@@ -215,3 +215,11 @@ def test_the_override_is_a_key_of_the_reference_rl_config() -> None:
     from recipes.smoke.commands import check_rl_overrides
 
     check_rl_overrides(PROFILES["cpu"], REFERENCE, [learn.second_try_override(())])
+
+
+def test_a_second_try_that_stops_early_fails_the_check_naming_its_stage(tmp_path: Path) -> None:
+    code, summary, out = _run(tmp_path, {None: (0.77, 0.78)})  # the second try's RL stage finds no result: it fails
+    assert code == 1 and summary["learn_ok"] is False and summary["tries"] == 2
+    error = next(stage for stage in summary["stages"] if stage["name"] == "learn")["error"]
+    assert "try 2 failed at rl" in error and str(out / learn.SECOND_TRY_DIR) in error, error
+    assert summary["val_acc_after"] == pytest.approx(99 / 128), "the first try's figures stand"
