@@ -138,6 +138,7 @@ class Row:
     mask_shares: dict[str, float] | None = None  # each RL step's share of trained tokens that are tool output
     mask_failed_step: int | None = None  # the step the loss mask's witness (mask_witness) named, if it failed
     exit_status: int | None = None  # None: measured by an earlier bench (--only), or not run
+    tries: int = 1  # 2: its verdict is the learning check's second try's (recipes/smoke/learn.py second_try_warranted)
     earlier: bool = False
     out: str = ""
     problem: str | None = None
@@ -167,6 +168,7 @@ def measure(run: Run, exit_status: int | None, *, earlier: bool = False) -> Row:
     if path.is_file():
         summary = json.loads(path.read_text())
         row.verdict = _verdict(summary)
+        row.tries = int(summary.get("tries") or 1)
         row.val_acc_before, row.val_acc_after = summary.get("val_acc_before"), summary.get("val_acc_after")
         row.tool_calls_before = summary.get("tool_call_rate_before")
         row.tool_calls_after = summary.get("tool_call_rate_after")
@@ -244,7 +246,7 @@ def render(rows: Sequence[Row]) -> str:
             _pair(row.tool_calls_before, row.tool_calls_after, percent=True),
             _by_step(row.sync_gaps, row.sync_failed_step, ".2e"),
             _by_step(row.mask_shares, row.mask_failed_step, ".3f"),
-            row.verdict,
+            row.verdict + (" (second try)" if row.tries > 1 else ""),
             "-" if row.sabotage_lines is None else str(row.sabotage_lines),
             "-" if row.rl_seconds is None else f"{row.rl_seconds:.0f}",
             "yes" if row.problem is None else "NO",

@@ -116,7 +116,8 @@ def cell(row: dict | None) -> str:
     ):
         if step:
             parts.append(f"{what} {(readings or {}).get(str(step), float('nan')):{form}} at step {step}")
-    parts.append(row.get("verdict", "?") + ("" if row.get("problem") is None else " (NOT as it must)"))
+    tried = " (second try)" if (row.get("tries") or 1) > 1 else ""
+    parts.append(row.get("verdict", "?") + tried + ("" if row.get("problem") is None else " (NOT as it must)"))
     return "; ".join(parts)
 
 

@@ -37,10 +37,11 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _summary(run: Run, outcome: str) -> dict:
-    """What a learning check's summary.json holds after ``outcome``: learned | not | crash (the RL stage failed)."""
+    """What a learning check's summary.json holds after ``outcome``: learned | second (learned, its second try) | not |
+    crash (the RL stage failed)."""
     first = [] if run.name != SHIPPED else [{"name": name, "status": "ok", "seconds": 1.0} for name in SFT_STAGES]
     first = first or [{"name": "reuse", "status": "ok", "seconds": 2.0}]
-    failed = {"learned": None, "not": "learn", "unseen": "learn", "crash": "rl"}[outcome]
+    failed = {"learned": None, "second": None, "not": "learn", "unseen": "learn", "crash": "rl"}[outcome]
     tail = [{"name": name, "status": "ok", "seconds": 400.0 if name == "rl" else 5.0} for name in TAIL]
     if failed:
         index = TAIL.index(failed)
@@ -48,6 +49,8 @@ def _summary(run: Run, outcome: str) -> dict:
         for stage in tail[index + 1 :]:
             stage.update(status="skipped", seconds=0.0)
     summary = {"ok": failed is None, "failed_stage": failed, "task": "learn", "seconds": 600.0, "stages": first + tail}
+    if outcome == "second":  # learned on the learning check's second try (recipes/smoke/pipeline.py _second_try)
+        outcome, summary["tries"] = "learned", 2
     if outcome != "crash":
         learned = outcome == "learned"
         verdict = "learn: val acc ...: " + ("learned (target ...)" if learned else "did NOT learn (acc target ...)")
@@ -80,7 +83,7 @@ def _runner(outcomes: dict[str, tuple[str, int]], seen: list[tuple[str, dict[str
         (run.out / "logs" / "rl.log").write_text("step:1 - x:1\n" + f"(Worker pid=1) {marker}: ...\n" * markers)
         log.parent.mkdir(parents=True, exist_ok=True)
         log.write_text("[smoke] ...\n")
-        return 0 if outcome == "learned" else 1
+        return 0 if outcome in ("learned", "second") else 1
 
     return run
 
@@ -204,6 +207,15 @@ def test_all_behaved_exits_0_with_the_table(tmp_path: Path, capsys: pytest.Captu
         in printed
         and "every run reported" in printed
     )
+
+
+def test_a_shipped_run_that_learned_on_its_second_try_says_so(tmp_path: Path) -> None:
+    status, _, out = _bench(tmp_path, {**BEHAVED, SHIPPED: ("second", 0)})
+    rows = {row["run"]: row for row in json.loads((out / "bench_learn.json").read_text())["rows"]}
+    assert status == 0 and rows[SHIPPED]["verdict"] == LEARNED and rows[SHIPPED]["tries"] == 2
+    assert rows["weight-sync"]["tries"] == 1
+    table = (out / "bench_learn.md").read_text()
+    assert "| learned (second try) | 0 |" in table and table.count("(second try)") == 1, table
 
 
 def _fails(tmp_path: Path, capsys: pytest.CaptureFixture[str], outcomes: dict, *args: str) -> tuple[str, list, Path]:

@@ -191,3 +191,9 @@ def test_bad_lists_are_usage_errors(bad: list[str], capsys: pytest.CaptureFixtur
     with pytest.raises(SystemExit) as exited:
         bench_seeds.main(bad, runner=lambda argv: pytest.fail("ran"))
     assert exited.value.code == 2 and "bench_learn_seeds.sh: error:" in capsys.readouterr().err
+
+
+def test_a_cell_says_when_its_verdict_is_the_second_trys() -> None:
+    row = {"val_acc_before": 0.65, "val_acc_after": 0.91, "verdict": "learned", "problem": None}
+    assert bench_seeds.cell(row).endswith("; learned")
+    assert bench_seeds.cell({**row, "tries": 2}).endswith("; learned (second try)")
