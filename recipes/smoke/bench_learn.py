@@ -144,6 +144,11 @@ class Row:
     problem: str | None = None
 
 
+def verdict_label(verdict: str, tries: int) -> str:
+    """A run's verdict as the tables print it: marked where the learning check's second try gave it."""
+    return verdict + (" (second try)" if tries > 1 else "")
+
+
 def _verdict(summary: Mapping) -> str:
     if summary.get("learn_ok"):
         return LEARNED
@@ -246,7 +251,7 @@ def render(rows: Sequence[Row]) -> str:
             _pair(row.tool_calls_before, row.tool_calls_after, percent=True),
             _by_step(row.sync_gaps, row.sync_failed_step, ".2e"),
             _by_step(row.mask_shares, row.mask_failed_step, ".3f"),
-            row.verdict + (" (second try)" if row.tries > 1 else ""),
+            verdict_label(row.verdict, row.tries),
             "-" if row.sabotage_lines is None else str(row.sabotage_lines),
             "-" if row.rl_seconds is None else f"{row.rl_seconds:.0f}",
             "yes" if row.problem is None else "NO",

@@ -39,7 +39,7 @@ from pathlib import Path
 from platforms import stacks
 from platforms.cli_errors import EXIT_OK, KitError, UsageError, check_writable, entry_point
 from recipes.launch.supervision.process_group import kill_group
-from recipes.smoke.bench_learn import LEARNED, NOT_LEARNED, RUNS, SHIPPED
+from recipes.smoke.bench_learn import LEARNED, NOT_LEARNED, RUNS, SHIPPED, verdict_label
 from recipes.smoke.learn import needed_acc
 from recipes.smoke.supervisor import KIT_ROOT, default_out, exit_on_signals, popen_tied
 
@@ -116,8 +116,8 @@ def cell(row: dict | None) -> str:
     ):
         if step:
             parts.append(f"{what} {(readings or {}).get(str(step), float('nan')):{form}} at step {step}")
-    tried = " (second try)" if (row.get("tries") or 1) > 1 else ""
-    parts.append(row.get("verdict", "?") + tried + ("" if row.get("problem") is None else " (NOT as it must)"))
+    verdict = verdict_label(row.get("verdict", "?"), row.get("tries") or 1)
+    parts.append(verdict + ("" if row.get("problem") is None else " (NOT as it must)"))
     return "; ".join(parts)
 
 

@@ -288,14 +288,14 @@ class Smoke(SmokeCommands):
         out.mkdir()
         failed = second.run() != 0
         decided = second.stages.get("learn")
-        first = {**st.details, "out": str(self.out)}
+        tries = {"first_try": {**st.details, "out": str(self.out)}, "tries": 2, "second_try_out": str(out)}
         if decided is not None and decided.details:
-            st.details = {**decided.details, "first_try": first, "tries": 2, "second_try_out": str(out)}
+            st.details = {**decided.details, **tries}
             st.metric = f"try 1: {st.metric}; try 2: {decided.metric}"
         else:  # the second try stopped before its verdict: the check has none beyond the first's
             stopped = next((s for s in second.stages.values() if s.status == "failed"), None)
             why = f"failed at {stopped.name}: {stopped.error}" if stopped else "did not finish"
-            st.details = {**st.details, "learn_ok": False, "first_try": first, "tries": 2, "second_try_out": str(out)}
+            st.details = {**st.details, "learn_ok": False, **tries}
             st.metric = f"try 1: {st.metric}; try 2 {why} ({out})"
         if failed:
             raise StageError(f"learn: {st.metric}")

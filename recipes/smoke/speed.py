@@ -7,8 +7,8 @@ a user can compare with theirs. This module reads one finished run (``smoke.sh -
 them into seconds and achieved GFLOPS:
 
 * RL update: ``(8 if activations are recomputed else 6) x parameters x tokens`` (forward 2, backward 4, the
-  recomputed forward 2) over ``timing_s/update_actor``, whether they were recomputed read from the run's own
-  resolved config (``actor_recomputes``); the old log-prob pass ``2 x parameters x tokens``;
+  recomputed forward 2) over ``timing_s/update_actor``, the run's own resolved config saying whether they were
+  (``actor_recomputes``); the old log-prob pass ``2 x parameters x tokens``;
 * SFT step: ``6 x parameters x tokens`` (the learn task's SFT keeps no recomputation) over ``train/time(s)``, its
   tokens counted from the SFT parquet with the model's chat template;
 * generation: ``2 x parameters x response tokens`` over ``timing_s/gen`` (the agent loop's tool calls and the
