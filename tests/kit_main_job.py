@@ -19,6 +19,7 @@ from pathlib import Path
 from kit_testing import REPO_ROOT, interpreter_stack, kit_env
 
 from platforms import CPU, stacks
+from recipes.smoke import startup
 
 PIPELINE_STAGES = ["env", "model", "data", "sft", "merge", "tool-call check", "sandbox", "rl", "eval", "plots"]
 # the learning check: no tool-call check (its validation before RL measures the rate, recipes/smoke/learn.py), a verdict
@@ -68,8 +69,18 @@ def check_every_stage_ok(run: dict, stages: list[str], sft_steps: int) -> None:
     assert summary["sft_seconds_per_step"] > 0 and summary["rl_seconds_per_step"] > 0
     rl_seconds = next(s["seconds"] for s in summary["stages"] if s["name"] == "rl")
     assert 0 < summary["rl_first_step_s"] < rl_seconds, (summary["rl_first_step_s"], rl_seconds)
+    check_rl_startup_phases(summary)
     progress = rf"\[smoke\]   sft: step \d+/{sft_steps}, [0-9.]+ s/step, ETA "
     assert re.search(progress, run["stdout"]), "no progress line"
+
+
+def check_rl_startup_phases(summary: dict) -> None:
+    """The first step's time split by phase (recipes/smoke/startup.py) off this stack's real log: each mark showed
+    (the verl and Ray lines they wait for are printed by this run), in order, and the phases add up to it."""
+    spans = summary["rl_startup"]
+    assert list(spans) == [mark.phase for mark in startup.MARKS] + [startup.FIRST_STEP], spans
+    assert all(seconds is not None and seconds >= 0 for seconds in spans.values()), spans
+    assert math.isclose(sum(spans.values()), summary["rl_first_step_s"], abs_tol=0.01), spans
 
 
 def check_sft_learned_the_tool_call_format(run: dict) -> None:

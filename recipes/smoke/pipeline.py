@@ -53,6 +53,7 @@ from recipes.smoke.progress import (
 )
 from recipes.smoke.report import REUSE_STAGE, RunFacts, Stage, render_table, summary, val_acc
 from recipes.smoke.sandbox_service import SandboxService
+from recipes.smoke.startup import describe as describe_startup
 from recipes.smoke.supervisor import StageError, run_logged, say
 
 
@@ -196,6 +197,7 @@ class Smoke(SmokeCommands):
         st.details = {
             "seconds_per_step": median_step_seconds(train, RL_STEP_TIME),
             "first_step_s": first,
+            "startup": clock.startup_phases() if clock else {},
             "steps": {k: train[k] for k in sorted(train)},
             "reward_mean": [train[k]["critic/score/mean"] for k in sorted(train)],
             "num_turns_mean": [train[k].get("num_turns/mean") for k in sorted(train)],
@@ -218,6 +220,8 @@ class Smoke(SmokeCommands):
             f"val acc {val_acc(val)}; tool rounds/response {st.details['tool_rounds_per_response']:.2f}; "
             f"tool calls executed {calls}"
         )
+        if st.details["startup"]:
+            say(f"  rl: first step at {first:.0f} s: {describe_startup(st.details['startup'])}")
         if calls == 0:
             raise StageError("rl: no tool call reached the sandbox (the policy never emitted a well-formed call)")
         if self.trace:

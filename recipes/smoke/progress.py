@@ -15,6 +15,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from recipes.smoke import startup
+
 #: verl's per-step duration, by trainer (the SFT one: verl 0.6.1's; 0.9.1's logs none), and the SFT step's mark.
 SFT_STEP_TIME = "train/time(s)"
 RL_STEP_TIME = "timing_s/step"
@@ -99,12 +101,15 @@ class StepClock:
     the vLLM servers, the agent-loop workers, validation before training), and the number the start-up target is
     judged by; the per-step median says nothing about it. And a trainer that logs no step duration (verl 0.9.1's
     SFT) is timed by the gaps between its steps. Polled as the stage runs (every half second), reading only what
-    the log gained since the last poll, so it is accurate to the poll, not to the heartbeat.
+    the log gained since the last poll, so it is accurate to the poll, not to the heartbeat. The same polls note when
+    each start-up mark first showed (:mod:`recipes.smoke.startup`), which :meth:`startup_phases` splits the first
+    step's time by.
     """
 
     def __init__(self, log: Path, progress: Progress) -> None:
         self.log, self.progress = log, progress
         self.seen: dict[int, float] = {}
+        self.marks: dict[str, float] = {}
         self._offset = 0
         self._partial = ""
 
@@ -125,9 +130,14 @@ class StepClock:
         self._offset += len(data)
         text = self._partial + data.decode(errors="replace")
         lines, _, self._partial = text.rpartition("\n")
+        startup.scan(lines, self.marks, elapsed_s)
         for step, metrics in step_metrics(lines).items():
             if self.progress.marker in metrics:
                 self.seen.setdefault(step, elapsed_s)
+
+    def startup_phases(self) -> dict[str, float | None]:
+        """The first step's time, phase by phase (:func:`recipes.smoke.startup.phases`; empty before it)."""
+        return startup.phases(self.marks, self.seconds)
 
     def seconds_per_step(self) -> float | None:
         """The median gap between consecutive steps seen (None before two steps)."""

@@ -4,7 +4,8 @@
 ``failed_stage``, ``fast``, ``device`` (the platform), ``platform``, ``hardware_profile``, ``rollout_engine``,
 ``rollout_engine_version``, ``task``, ``seed``, ``scale``, ``python``,
 ``out``, ``from_sft``, ``seconds``, ``stages``, ``sft_losses``, ``sft_seconds_per_step``, ``rl_seconds_per_step``,
-``rl_first_step_s`` (seconds from the RL stage's start to its first finished step), ``machine`` (the CPU's model,
+``rl_first_step_s`` (seconds from the RL stage's start to its first finished step), ``rl_startup`` (those seconds
+phase by phase, recipes/smoke/startup.py), ``machine`` (the CPU's model,
 cores and the flags that decide its fast dtypes: avx512f, avx512_bf16, amx_bf16),
 ``tool_call_rate``, ``rl_tool_calls``, ``rl_reward_mean``, ``sandbox``; with ``--learn`` also the learning check's
 ``learn_ok``, ``learn_verdict``, ``val_acc_before``, ``val_acc_after``, ``tool_call_rate_before``,
@@ -90,6 +91,7 @@ def summary(
         "sft_seconds_per_step": sft.get("seconds_per_step"),
         "rl_seconds_per_step": rl.get("seconds_per_step"),
         "rl_first_step_s": rl.get("first_step_s"),
+        "rl_startup": rl.get("startup", {}),
         # the SFT model's tool-call rate: the check's, else (the learning check, no check stage) its validation's
         "tool_call_rate": check.get("rate", learned.get("tool_call_rate_before")),
         "rl_tool_calls": rl.get("tool_calls_executed", 0),

@@ -45,6 +45,7 @@ class RunSpeed:
     label: str
     stages: dict[str, float] = field(default_factory=dict)
     rl_first_step_s: float | None = None
+    rl_startup: dict[str, float | None] = field(default_factory=dict)  # the first step's seconds by phase
     rl_phase_s: dict[str, float] = field(default_factory=dict)  # median seconds per step (the first step left out)
     rl_gflops: dict[str, float] = field(default_factory=dict)
     sft_step_s: float | None = None
@@ -156,6 +157,7 @@ def read_run(out: Path, label: str, *, sft_batch: int = 8, trajectories: int = 3
     speed = RunSpeed(label, machine=summary.get("machine", {}), total_s=float(summary.get("seconds", 0.0)))
     speed.stages = {s["name"]: float(s["seconds"]) for s in summary["stages"] if s["status"] == "ok"}
     speed.rl_first_step_s = summary.get("rl_first_step_s")
+    speed.rl_startup = summary.get("rl_startup") or {}
     speed.val_acc = (summary.get("val_acc_before"), summary.get("val_acc_after"))
     speed.learned = summary.get("learn_ok")
     model = out / "sft" / "hf_merged"
@@ -184,7 +186,9 @@ def _ratio(before: float | None, after: float | None) -> str:
 def _seconds(run: RunSpeed) -> list[tuple[str, float | None]]:
     """A run's time figures, in the table's order."""
     figures: list[tuple[str, float | None]] = [(f"stage {name} (s)", value) for name, value in run.stages.items()]
-    figures += [("RL first step ends (s into the stage)", run.rl_first_step_s), ("SFT step (s)", run.sft_step_s)]
+    figures += [("RL first step ends (s into the stage)", run.rl_first_step_s)]
+    figures += [(f"  of it: {phase} (s)", seconds) for phase, seconds in run.rl_startup.items()]
+    figures += [("SFT step (s)", run.sft_step_s)]
     figures += [(f"RL {phase} (s/step)", run.rl_phase_s.get(phase)) for phase in (*RL_PHASES, "step")]
     return [*figures, ("total (s)", run.total_s)]
 

@@ -54,3 +54,23 @@ def test_the_updates_flops_follow_the_runs_own_checkpointing() -> None:
     with_recompute = speed.rl_figures(step, 10**8, True, 32)[1]["update_actor"]
     without = speed.rl_figures(step, 10**8, False, 32)[1]["update_actor"]
     assert (with_recompute, without) == (80.0, 60.0)
+
+
+def test_the_first_steps_phases_follow_its_row() -> None:
+    """Issue 51's start-up target: where the seconds before the first step went, per stack, with the ratio; a run
+    recorded before the phases were (no ``rl_startup`` in its summary) shows none."""
+    reference = _run("0.6.1 current", {"rl": 400.0}, 60.0)
+    current = _run("0.9.1 current", {"rl": 420.0}, 50.0)
+    reference.rl_first_step_s, current.rl_first_step_s = 195.1, 220.7
+    reference.rl_startup = {"launcher checks": 9.6, "rollout servers": 38.8, "RL step 1": 146.7}
+    current.rl_startup = {"launcher checks": 10.7, "rollout servers": 63.3, "RL step 1": 146.7}
+    lines = speed.render(reference, current).splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("RL first step ends"))
+    assert [line.split(" (s)")[0].strip() for line in lines[first + 1 : first + 4]] == [
+        "of it: launcher checks",
+        "of it: rollout servers",
+        "of it: RL step 1",
+    ]
+    assert lines[first + 2].split()[-3:] == ["38.8", "63.3", "x0.61"]
+    older = speed.render(_run("previous", {"rl": 1.0}, 1.0), current).splitlines()
+    assert next(line for line in older if "rollout servers" in line).split()[-3:] == ["-", "63.3", "-"]
