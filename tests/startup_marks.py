@@ -21,7 +21,7 @@ def check_marks_are_printed_by_their_code(stack: str) -> None:
     """Each mark's printing code for ``stack`` holds the line's text: a verl or Ray upgrade that rewords or drops one
     fails here, not as a phase that silently folds into the next."""
     for mark in startup.MARKS:
-        assert stack in mark.printed_by or "any" in mark.printed_by, f"{mark.phase}: nothing names {stack}'s line"
-        relative, code = mark.printed_by.get(stack) or mark.printed_by["any"]
-        root = REPO_ROOT if stack not in mark.printed_by else _site_packages()
+        assert stack in mark.printed_by or startup.KIT in mark.printed_by, f"{mark.phase}: nothing names {stack}'s line"
+        where, (relative, code) = mark.printer(stack)
+        root = REPO_ROOT if where == startup.KIT else _site_packages()
         assert code in (root / relative).read_text(), f"{mark.phase}: {code!r} is no longer in {root / relative}"

@@ -14,15 +14,31 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from platforms.stacks import CURRENT, REFERENCE, STACKS
+
+#: Where the kit prints a line itself (a path in this checkout), rather than a stack's verl or Ray (in its install).
+KIT = "kit"
+
 
 @dataclass(frozen=True)
 class Mark:
-    """The line that ends a phase: its pattern (one alternative per stack where they differ) and where each stack
-    prints it, ``{stack: (file in site-packages, the printing code)}``, which the tests find in each stack's install."""
+    """The line that ends a phase: its pattern (one alternative per stack where they differ) and the code that prints
+    it, ``{stack name or KIT: (file in site-packages or in the kit, the printing code)}``, which the tests find in each
+    stack's install."""
 
     phase: str
     pattern: re.Pattern[str]
     printed_by: dict[str, tuple[str, str]]
+
+    def printer(self, stack: str) -> tuple[str, tuple[str, str]]:
+        """``(KIT or stack, (file, code))``: where ``stack``'s run prints this mark's line."""
+        where = KIT if KIT in self.printed_by else stack
+        return where, self.printed_by[where]
+
+
+def _on_every_stack(file: str, code: str) -> dict[str, tuple[str, str]]:
+    """The same printing code in every stack's install (Ray's, and verl's console logger)."""
+    return {name: (file, code) for name in STACKS}
 
 
 #: Every stack prints these in this order before its first RL step (the step itself ends the last phase).
@@ -30,43 +46,43 @@ MARKS: tuple[Mark, ...] = (
     Mark(
         "launcher checks",  # compose the config, verl's checks, the sandbox probe; then the trainer starts
         re.compile(r"^run_recipe: run ", re.M),
-        {"any": ("recipes/launch/cli.py", 'print(f"run_recipe: run ')},
+        {KIT: ("recipes/launch/cli.py", 'print(f"run_recipe: run ')},
     ),
     Mark(
         "verl driver and Ray",  # main_ppo's imports and its config check, then ray.init
         re.compile(r"(?:Started a local Ray instance|Connected to Ray cluster)\."),
-        {
-            "0.6.1": ("ray/_private/worker.py", 'info_str = "Started a local Ray instance."'),
-            "0.9.1": ("ray/_private/worker.py", 'info_str = "Started a local Ray instance."'),
-        },
+        _on_every_stack("ray/_private/worker.py", 'info_str = "Started a local Ray instance."'),
     ),
     Mark(
         "TaskRunner and trainer ranks",  # the TaskRunner's process, datasets, the FSDP ranks' processes and model
         re.compile(r"Actor use_fused_kernels=|actor and ref model engine initialized"),
         {
-            "0.6.1": ("verl/workers/actor/dp_actor.py", 'print(f"{role} use_fused_kernels={self.use_fused_kernels}")'),
-            "0.9.1": ("verl/trainer/ppo/v1/trainer_base.py", 'logger.info("actor and ref model engine initialized")'),
+            REFERENCE.name: (
+                "verl/workers/actor/dp_actor.py",
+                'print(f"{role} use_fused_kernels={self.use_fused_kernels}")',
+            ),
+            CURRENT.name: (
+                "verl/trainer/ppo/v1/trainer_base.py",
+                'logger.info("actor and ref model engine initialized")',
+            ),
         },
     ),
     Mark(
         "rollout servers",  # each vLLM server's processes, its engine, dummy weights and warm-up
         re.compile(r"(?:AgentLoopManager|LLMServerManager): \["),
         {
-            "0.6.1": (
+            REFERENCE.name: (
                 "verl/experimental/agent_loop/agent_loop.py",
                 'print(f"AgentLoopManager: {self.server_addresses}")',
             ),
-            "0.9.1": ("verl/workers/rollout/llm_server.py", 'print(f"LLMServerManager: {self.server_addresses}")'),
+            CURRENT.name: ("verl/workers/rollout/llm_server.py", 'print(f"LLMServerManager: {self.server_addresses}")'),
         },
     ),
     Mark(
         # the first weight sync, the agent-loop workers' processes (and 0.9.1's load balancer), then the validation
         "validation before RL",
         re.compile(r"(?:^|\s)step:0 - ", re.M),
-        {
-            "0.6.1": ("verl/utils/logger/aggregate_logger.py", 'output = [f"step:{step}"]'),
-            "0.9.1": ("verl/utils/logger/aggregate_logger.py", 'output = [f"step:{step}"]'),
-        },
+        _on_every_stack("verl/utils/logger/aggregate_logger.py", 'output = [f"step:{step}"]'),
     ),
 )
 FIRST_STEP = "RL step 1"
