@@ -86,3 +86,12 @@ def test_a_mark_is_timed_when_it_first_shows_not_at_a_later_repeat(tmp_path: Pat
 
 def test_the_marks_are_printed_by_this_stacks_code() -> None:
     check_marks_are_printed_by_their_code(interpreter_stack().name)
+
+
+def test_a_run_that_joins_a_running_ray_cluster_is_split_the_same(tmp_path: Path) -> None:
+    """A multi-node run attaches to the cluster scripts/ray_cluster.sh started: Ray says so in its other line
+    (ray/_private/worker.py:1914-1916)."""
+    joined = "2026-12-01 01:22:24,677\tINFO worker.py:1927 -- Connected to Ray cluster."
+    lines = [LINES["0.9.1"][0], joined, *LINES["0.9.1"][2:], STEP_1]
+    spans = _run(tmp_path, lines, AT).startup_phases()
+    assert spans["verl driver and Ray"] == pytest.approx(7.1)
