@@ -79,6 +79,27 @@ HYDRA_FULL_ERROR = EnvVar(
 )
 
 
+VLLM_CACHE_ENV = "VLLM_CACHE_ROOT"
+
+
+def vllm_cache_env(phase: str, stack: Stack, environ: Mapping[str, str]) -> list[EnvVar]:
+    """RL's ``VLLM_CACHE_ROOT``: the user's when set, else the stack's own (:meth:`Stack.vllm_cache_root`); none for
+    SFT, which runs no vLLM. The same on every platform: what collides is two stacks' vLLMs on one host."""
+    check_phase(phase)
+    if phase != "rl":
+        return []
+    given = environ.get(VLLM_CACHE_ENV, "").strip()
+    if given:
+        return [EnvVar(VLLM_CACHE_ENV, given, "vLLM's cache folder: set by the user, kept")]
+    reason = (
+        f"kit: stack {stack.name}'s own vLLM cache; the stacks' vLLMs file the facts probed of a model class under one "
+        "name, each stamped with its own source's hash (vllm/model_executor/models/registry.py, 0.11 :434-440, 0.23 "
+        ":828-833), so with one folder each run after the other stack's probes again, in a fresh interpreter that "
+        "imports vLLM (platforms/stacks.py Stack.vllm_cache_root; tests/test_vllm_cache_root.py)"
+    )
+    return [EnvVar(VLLM_CACHE_ENV, stack.vllm_cache_root(environ), reason)]
+
+
 def dtype_overrides(phase: str, dtype: str, stack: Stack) -> list[str]:
     """Hydra overrides that make every role of ``phase`` compute in ``dtype`` ("fp32", "bf16"), spelled out.
 
@@ -331,7 +352,8 @@ class Platform(ABC):
     def env(self, phase: str, stack: Stack, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
         """The recommended environment for ``phase`` on ``stack``, in table order. ``environ`` is the environment it
         will be applied to (default ``os.environ``), for entries that depend on it (the CPU allocator)."""
-        return select(self.env_table, phase)
+        environ = os.environ if environ is None else environ
+        return select(self.env_table, phase) + vllm_cache_env(phase, stack, environ)
 
     def env_problems(self, env: Mapping[str, str], phase: str) -> list[str]:
         """Settings in ``env`` known to break a run on this platform (silent or far from their cause)."""

@@ -24,6 +24,7 @@ from platforms.base import (
     PinnedPackage,
     Platform,
     RolloutEngine,
+    vllm_cache_env,
 )
 from platforms.env import BOTH, RL, EnvTable, EnvVar, select
 
@@ -225,6 +226,7 @@ class CpuPlatform(Platform):
             ]
             + rl
             + self.stack_env(stack)
+            + vllm_cache_env(phase, stack, environ)
             + [self.external_modules(phase, stack, environ)]
             + self.allocator(environ)
         )

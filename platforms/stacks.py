@@ -82,6 +82,16 @@ class Stack:
         command without the option already means (on a host whose interpreter holds no other stack's verl)."""
         return "" if self.is_default else f" --stack {self.name}"
 
+    def vllm_cache_root(self, environ: Mapping[str, str]) -> str:
+        """Where this stack's vLLM keeps its caches: vLLM's default root (``$XDG_CACHE_HOME/vllm``, else
+        ``~/.cache/vllm``, vllm/envs.py ``VLLM_CACHE_ROOT``) with :attr:`folder_suffix`, so the reference keeps
+        vLLM's own path. Why per stack: both vLLMs file a model class's probed facts under the same name
+        (``modelinfos/<module>-<class>.json``, vllm 0.11 model_executor/models/registry.py:434-440, 0.23 :828-833),
+        each stamped with its own source's hash, so running the stacks in turn makes each miss the other's entry and
+        probe again in a fresh interpreter. A leading ``~`` stays for vLLM to expand on each node."""
+        base = environ.get("XDG_CACHE_HOME", "").strip() or "~/.cache"
+        return f"{base.rstrip('/')}/vllm{self.folder_suffix}"
+
     def pin(self, key: str) -> str:
         if key not in self.pins:
             raise KeyError(f"{key} is not pinned for stack {self.name} in pins.env")
