@@ -32,7 +32,8 @@ class Timings:
 TIMINGS = {
     REFERENCE: Timings(
         learn="623.5 s as shipped on 2 AVX-512 Intel Xeon cores, both stacks in one run, "
-        "docs/measurements/learn_both_stacks_xeon.yaml; earlier: "
+        "docs/measurements/learn_both_stacks_xeon.yaml; 674.2 s in a later such run whose SFT stage shared the "
+        "machine with a test run, docs/measurements/learn_both_stacks_cache.yaml; earlier: "
         "10.4 min on 2 AMD EPYC cores, docs/measurements/learn_both_stacks.yaml; 9.9 min on the 2 Intel Xeon "
         "cores it was tuned on, docs/measurements/learn_speed.yaml; both before patch 0032, which took its SFT stage "
         "from 306.4 s to 271.4 s on 2 AVX2-only cores, docs/measurements/sft_dataloader_workers.yaml; all with 64 "
@@ -45,8 +46,9 @@ CPU build, first step 96 s into the stage, then ~12 s a step: docs/measurements/
 check: 9.9 min (docs/measurements/learn_speed.yaml; docs/main-job.md).""",
     ),
     CURRENT: Timings(
-        learn="603.3 s as shipped on 2 AVX-512 Intel Xeon cores, where the reference took 623.5 s in the same run, "
-        "docs/measurements/learn_both_stacks_xeon.yaml; earlier: "
+        learn="605.1 s as shipped on 2 AVX-512 Intel Xeon cores, its vLLM servers up in 52.1 s with the stack's own "
+        "vLLM cache folder, docs/measurements/learn_both_stacks_cache.yaml; 603.3 s before it, where the reference "
+        "took 623.5 s in the same run, docs/measurements/learn_both_stacks_xeon.yaml; earlier: "
         "11.8 min on 2 AVX-512 AMD EPYC cores with --stack 0.9.1 before prefix caching, "
         "docs/measurements/learn_both_stacks.yaml; 15.4 min with it on 2 AVX2-only cores, where the reference took "
         "16.7 min, docs/measurements/learn_both_stacks_avx2.yaml; both with 64 validation samples, 128 since: "
