@@ -350,10 +350,15 @@ class Platform(ABC):
     # -- the process environment
 
     def env(self, phase: str, stack: Stack, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
-        """The recommended environment for ``phase`` on ``stack``, in table order. ``environ`` is the environment it
-        will be applied to (default ``os.environ``), for entries that depend on it (the CPU allocator)."""
+        """The recommended environment for ``phase`` on ``stack``: the platform's own entries, then those every
+        platform shares (the stack's vLLM cache folder). ``environ`` is the environment it will be applied to
+        (default ``os.environ``), for entries that depend on it (the CPU allocator, a user's own cache folder)."""
         environ = os.environ if environ is None else environ
-        return select(self.env_table, phase) + vllm_cache_env(phase, stack, environ)
+        return self.platform_env(phase, stack, environ) + vllm_cache_env(phase, stack, environ)
+
+    def platform_env(self, phase: str, stack: Stack, environ: Mapping[str, str]) -> list[EnvVar]:
+        """This platform's own entries for ``phase``: its table, in order (a platform adds machine-dependent ones)."""
+        return select(self.env_table, phase)
 
     def env_problems(self, env: Mapping[str, str], phase: str) -> list[str]:
         """Settings in ``env`` known to break a run on this platform (silent or far from their cause)."""

@@ -24,7 +24,6 @@ from platforms.base import (
     PinnedPackage,
     Platform,
     RolloutEngine,
-    vllm_cache_env,
 )
 from platforms.env import BOTH, RL, EnvTable, EnvVar, select
 
@@ -215,9 +214,8 @@ class CpuPlatform(Platform):
             return [f"{RL_PREFIX_CACHING_KEY}=False"]
         return [f"{RL_PREFIX_CACHING_KEY}=True", f"{RL_VLLM_BLOCK_SIZE_KEY}={block}"]
 
-    def env(self, phase: str, stack: Stack, environ: Mapping[str, str] | None = None) -> list[EnvVar]:
+    def platform_env(self, phase: str, stack: Stack, environ: Mapping[str, str]) -> list[EnvVar]:
         """The table, then the KV cache (RL) and this machine's allocator: the result can differ between machines."""
-        environ = os.environ if environ is None else environ
         rl = [self.kv_cache_space(environ)] if phase == "rl" else []
         return (
             [
@@ -226,7 +224,6 @@ class CpuPlatform(Platform):
             ]
             + rl
             + self.stack_env(stack)
-            + vllm_cache_env(phase, stack, environ)
             + [self.external_modules(phase, stack, environ)]
             + self.allocator(environ)
         )

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 from platforms.base import VLLM_CACHE_ENV
+from platforms.profiles import PROFILES
 from platforms.stacks import Stack
 
 #: The learning check's model class (SmolLM2 is a Llama): the entry both stacks' RL servers probe.
@@ -50,8 +51,6 @@ def vllm_cache_facts(python: str | Path, home: Path, root: str | None) -> dict[s
 def check_vllm_files_its_probe_under_the_stacks_root(stack: Stack, home: Path) -> dict[str, str]:
     """This interpreter's vLLM, given the stack's root from the kit's RL environment, files the probe's entry inside
     it; with no root set it uses the folder the reference's entry names (vLLM's default). Returns the facts."""
-    from platforms.profiles import PROFILES
-
     entries = {e.name: e.value for e in PROFILES["cpu"].env("rl", stack, {})}
     value = entries[VLLM_CACHE_ENV]
     facts = vllm_cache_facts(sys.executable, home, value)
