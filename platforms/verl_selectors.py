@@ -77,9 +77,12 @@ def rl_threads(registry: bool, cores: int) -> int | None:
 #: (verl/trainer/config/reward/reward.yaml:5), each a Python process with verl and the reward's imports: 0.74 GB
 #: apiece (PSS; 1.07 GB RSS), 5.9 GB for the 8 (measured in the 0.9.1 two-container run, docs/images.md), which
 #: pushed that run past Ray's memory threshold before its first step; with two the same run peaked at 21.9 GB of 23.5.
-#: A CPU run's rule-based reward needs two; 0.6.1 scores in the trainer's own process.
+#: A CPU run's rule-based reward needs one: the agent loop hands each finished trajectory to a worker
+#: (experimental/agent_loop/agent_loop.py:969) and the kit's reward takes 1.1 ms a call on average
+#: (scripts/bench_reward.py, 256 responses, 2-core Xeon, 2026-12-01), under 0.2 s a step for 160 trajectories. A second
+#: worker only started another Python process (verl, torch) beside the servers' start; 0.6.1 scores in the trainer.
 REWARD_WORKERS_KEY = "reward.num_workers"
-CPU_REWARD_WORKERS = 2
+CPU_REWARD_WORKERS = 1
 
 
 def rl_overrides(registry: bool) -> list[str]:

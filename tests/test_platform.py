@@ -285,7 +285,7 @@ def test_rl_overrides_cpu() -> None:
 
 
 def test_rl_overrides_cpu_on_the_current_stack_bound_its_memory() -> None:
-    """verl 0.9.1's CPU run: one TransferQueue unit, one rank, two reward workers (its default 8 took 5.4 GB of a 24 GB
+    """verl 0.9.1's CPU run: one TransferQueue unit, one rank, one reward worker (its default 8 took 5.4 GB of a 24 GB
     machine: platforms/verl_selectors.py); the reference's run has none of those keys."""
     from platforms.stacks import STACKS
 
@@ -293,7 +293,7 @@ def test_rl_overrides_cpu_on_the_current_stack_bound_its_memory() -> None:
     for expected in (
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "trainer.n_gpus_per_node=1",
-        "reward.num_workers=2",
+        "reward.num_workers=1",
     ):
         assert expected in current, current
     assert not any(o.startswith(("reward.", "transfer_queue.")) for o in plat.CPU.verl_overrides("rl", REFERENCE))

@@ -41,7 +41,7 @@ from platforms.cpu_info import cpu_info
 from platforms.stacks import Stack
 from recipes.launch.supervision.trace import rollout_traces
 from recipes.retool.generations import tool_rounds
-from recipes.smoke.commands import CHECK_STAGE, FAST, SCALE, STAGES, Sizes, SmokeCommands
+from recipes.smoke.commands import CHECK_STAGE, FAST, HEAD_STARTS, SCALE, STAGES, Sizes, SmokeCommands
 from recipes.smoke.progress import (
     RL_STEP_TIME,
     SFT_STEP_MARK,
@@ -54,7 +54,7 @@ from recipes.smoke.progress import (
 from recipes.smoke.report import REUSE_STAGE, RunFacts, Stage, render_table, summary, val_acc
 from recipes.smoke.sandbox_service import SandboxService
 from recipes.smoke.startup import describe as describe_startup
-from recipes.smoke.supervisor import StageError, run_logged, say
+from recipes.smoke.supervisor import StageError, Started, kill_group, run_logged, say, start_logged, wait_logged
 
 
 def _dumped(folder: Path) -> list[dict[str, Any]]:
@@ -74,6 +74,7 @@ class Smoke(SmokeCommands):
         self.stages: dict[str, Stage] = {}
         self.try_number = 1  # the learning check's second try is 2 (_second_try): never a third
         self.sandbox = SandboxService(self.logs / "sandbox.log", out / "sandbox.pid", self.helper_env())
+        self.ahead: dict[str, Started] = {}  # children begun before their stage (HEAD_STARTS)
 
     # -- stages
 
@@ -304,12 +305,15 @@ class Smoke(SmokeCommands):
         if failed:
             raise StageError(f"learn: {st.metric}")
 
-    def stage_plots(self, st: Stage) -> None:
+    def start_plots(self) -> Started:
         cmd = self.plots_command()
-        out = self.out / "plots"
-        log = self.logs / "plots.log"
+        return start_logged(cmd.argv, self.logs / "plots.log", cmd.env)
+
+    def stage_plots(self, st: Stage) -> None:
+        out, log = self.out / "plots", self.logs / "plots.log"
         st.log = str(log)
-        run_logged(cmd.argv, log, cmd.env, timeout=300, label="plots")
+        started = self.ahead.pop("plots", None) or self.start_plots()
+        wait_logged(started, log, timeout=300, label="plots")
         pngs = sorted(p.name for p in out.glob("*.png"))
         if not pngs:
             raise StageError(f"plots: no PNG written (log: {log})")
@@ -338,6 +342,14 @@ class Smoke(SmokeCommands):
             steps = [(REUSE_STAGE, self.stage_reuse), *(s for s in steps if STAGES.index(s[0]) >= after_sft)]
         return [*steps, ("learn", self.stage_learn)] if self.task.judges_learning else steps
 
+    def head_start(self, name: str, later: list[str]) -> None:
+        """Start, as stage ``name`` begins, the process of the stage HEAD_STARTS pairs with it, if the run has it."""
+        target = HEAD_STARTS.get(name)
+        if target == "sandbox" and target in later:
+            self.sandbox.launch()
+        elif target == "plots" and target in later:
+            self.ahead[target] = self.start_plots()
+
     def run(self) -> int:
         """All stages in order; the first failure stops the run. Returns the exit status (0 ok, 1 failed)."""
         steps = self.steps()
@@ -348,6 +360,7 @@ class Smoke(SmokeCommands):
             for i, (name, fn) in enumerate(steps, start=1):
                 st = self.stages[name]
                 say(f"stage {i}/{len(steps)}: {name} ...")
+                self.head_start(name, [later for later, _ in steps[i:]])
                 t0 = time.monotonic()
                 try:
                     fn(st)
@@ -371,6 +384,8 @@ class Smoke(SmokeCommands):
                     f"{counters['code_errors']} code errors, {counters['timeouts']} timeouts"
                 )
             self.sandbox.stop()
+            for started in self.ahead.values():  # begun for a stage the run did not reach
+                kill_group(started.proc)
         total = time.monotonic() - t_run
         result = summary(self.stages, self.facts(), total, failed, env_stage(self.stack))
         (self.out / "summary.json").write_text(json.dumps(result, indent=2, default=str) + "\n")

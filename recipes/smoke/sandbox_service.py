@@ -73,14 +73,22 @@ class SandboxService:
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
-    def start(self, port: int | None = None) -> dict[str, Any]:
-        """Start on ``port`` (default: a free one) and wait for ``/v1/ping``; returns ``/health`` (parsed if JSON)."""
+    def launch(self, port: int | None = None) -> None:
+        """Start the process on ``port`` (default: a free one) without waiting for it; a second call does nothing.
+        The pipeline launches it while an earlier stage runs (its head start), and :meth:`start` waits."""
+        if self.proc is not None:
+            return
         port = free_port() if port is None else port
         self.url = f"http://127.0.0.1:{port}"
         self.log.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log, "w") as out:
             self.proc = popen_tied(sandbox_command(port), stdout=out, env=self.env)
         self.pid_file.write_text(f"{self.proc.pid}\n")
+
+    def start(self, port: int | None = None) -> dict[str, Any]:
+        """Launch (unless launched) and wait for ``/v1/ping``; returns ``/health`` (parsed if JSON)."""
+        self.launch(port)
+        assert self.proc is not None
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:
@@ -93,7 +101,7 @@ class SandboxService:
                     raise StageError(
                         f"sandbox: no answer on {self.url}/v1/ping in {READY_TIMEOUT_S:.0f} s (log: {self.log})"
                     ) from None
-                time.sleep(0.5)
+                time.sleep(0.1)
         health = http_get(f"{self.url}/health")
         try:
             return {"pid": self.proc.pid, "health": json.loads(health)}

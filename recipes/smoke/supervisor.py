@@ -23,6 +23,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import IO, Any
@@ -143,6 +144,24 @@ def popen_tied(
     )
 
 
+@dataclass(frozen=True)
+class Started:
+    """A logged child and when it began: started ahead of its stage (the pipeline's head starts) or by the stage."""
+
+    proc: subprocess.Popen
+    at: float
+
+
+def start_logged(cmd: Sequence[str], log: Path, env: dict[str, str]) -> Started:
+    """Start ``cmd`` with its output to ``log`` (headed by the command line), tied to the pipeline's life."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    at = time.monotonic()
+    with open(log, "w") as out:
+        out.write("$ " + " ".join(cmd) + "\n")
+        out.flush()
+        return Started(popen_tied(cmd, stdout=out, env=env), at)
+
+
 def run_logged(
     cmd: Sequence[str],
     log: Path,
@@ -152,38 +171,49 @@ def run_logged(
     heartbeat_s: float = 20.0,
     progress: Progress | None = None,
 ) -> StepClock | None:
-    """Run ``cmd`` with output to ``log``, printing a progress line every ``heartbeat_s``: for a trainer
-    (``progress``) ``step k/N``, seconds per step and an ETA, otherwise the elapsed time. Returns, for a trainer,
-    when each of its steps showed (:class:`StepClock`: the first step's start-up, the gaps); None without one.
+    """Run ``cmd`` with output to ``log``: :func:`start_logged`, then :func:`wait_logged`."""
+    return wait_logged(start_logged(cmd, log, env), log, timeout, label, heartbeat_s, progress)
+
+
+def wait_logged(
+    started: Started,
+    log: Path,
+    timeout: float,
+    label: str,
+    heartbeat_s: float = 20.0,
+    progress: Progress | None = None,
+) -> StepClock | None:
+    """Wait for a logged child, printing a progress line every ``heartbeat_s``: for a trainer (``progress``)
+    ``step k/N``, seconds per step and an ETA, otherwise the elapsed time. Returns, for a trainer, when each of its
+    steps showed (:class:`StepClock`: the first step's start-up, the gaps); None without one. It returns as the
+    child exits (a wait, not a sleep between polls); the deadline counts from the child's start.
 
     The command's process group is killed on timeout or interrupt, so a hung trainer never outlives the stage.
     """
-    log.parent.mkdir(parents=True, exist_ok=True)
-    start = time.monotonic()
-    with open(log, "w") as out:
-        out.write("$ " + " ".join(cmd) + "\n")
-        out.flush()
-        proc = popen_tied(cmd, stdout=out, env=env)
-        clock = StepClock(log, progress) if progress is not None else None
-        try:
-            next_beat = start + heartbeat_s
-            while proc.poll() is None:
-                time.sleep(0.5)
-                now = time.monotonic()
-                if clock is not None:
-                    clock.poll(now - start)
-                if now - start > timeout:
-                    raise StageError(f"{label}: timed out after {timeout:.0f} s (log: {log})")
-                if now >= next_beat:
-                    next_beat = now + heartbeat_s
-                    if progress is None:
-                        say(f"  {label}: {now - start:.0f} s")
-                    else:
-                        per_step = clock.seconds_per_step() if clock is not None else None
-                        say(f"  {label}: {progress.describe(read_tail(log), now - start, per_step)}")
-        finally:
-            if proc.poll() is None:
-                kill_group(proc)
+    proc, start = started.proc, started.at
+    clock = StepClock(log, progress) if progress is not None else None
+    try:
+        next_beat = start + heartbeat_s
+        while proc.poll() is None:
+            try:
+                proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if clock is not None:
+                clock.poll(now - start)
+            if proc.poll() is None and now - start > timeout:
+                raise StageError(f"{label}: timed out after {timeout:.0f} s (log: {log})")
+            if now >= next_beat:
+                next_beat = now + heartbeat_s
+                if progress is None:
+                    say(f"  {label}: {now - start:.0f} s")
+                else:
+                    per_step = clock.seconds_per_step() if clock is not None else None
+                    say(f"  {label}: {progress.describe(read_tail(log), now - start, per_step)}")
+    finally:
+        if proc.poll() is None:
+            kill_group(proc)
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
         raise StageError(f"{label}: exit status {proc.returncode} (log: {log})\n{tail}")

@@ -243,3 +243,47 @@ def test_eval_cli_help_and_console_script() -> None:
         cwd=REPO_ROOT,
     )
     assert proc.returncode == 0 and "pass@k" in proc.stdout and "--data" in proc.stdout
+
+
+TOKEN_TEXTS = [
+    "",
+    " a leading space, then  two",
+    CALL + "user\n<tool_response>\n12\n</tool_response>assistant\nThe answer is \\boxed{12}.",
+    "ünïcødé 数学 \t\n  x = 3^{2}",
+    "<|im_end|><|im_start|>assistant\n<think>\n\n</think>",
+    TRACEBACK,
+]
+
+
+def test_token_counter_counts_as_transformers_does_without_importing_it(tmp_path: Path) -> None:
+    """``--tokenizer FOLDER`` counts each response's tokens with the ``tokenizers`` library when the folder has a
+    ``tokenizer.json``: the same counts as transformers' tokenizer (special tokens left out), and neither
+    transformers nor torch imported (their import was most of the learning check's eval stage)."""
+    from kit_testing import tiny_model_dir
+    from transformers import AutoTokenizer
+
+    from recipes.retool.evaluate import token_counter
+
+    folder = tiny_model_dir()
+    reference = AutoTokenizer.from_pretrained(str(folder))
+    count = token_counter(str(folder))
+    expected = [len(reference(text, add_special_tokens=False).input_ids) for text in TOKEN_TEXTS]
+    assert [count(text) for text in TOKEN_TEXTS] == expected
+    assert expected[2] > 10  # the tool call's text, not a fluke of empty strings
+    probe = (
+        "import sys\nfrom recipes.retool.evaluate import token_counter\n"
+        f"print(token_counter({str(folder)!r})('x = 1'), 'transformers' in sys.modules, 'torch' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=kit_env(), cwd=REPO_ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split()[1:] == ["False", "False"], proc.stdout
+
+
+def test_token_counter_falls_back_to_transformers_without_a_tokenizer_json(tmp_path: Path) -> None:
+    """A folder without ``tokenizer.json`` goes to transformers' AutoTokenizer, whose refusal is the CLI's error."""
+    from platforms.cli_errors import UsageError
+    from recipes.retool.evaluate import token_counter
+
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(UsageError, match="cannot load a tokenizer"):
+        token_counter(str(tmp_path))
