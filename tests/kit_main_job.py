@@ -19,6 +19,7 @@ from pathlib import Path
 from kit_testing import REPO_ROOT, interpreter_stack, kit_env
 
 from platforms import CPU, stacks
+from recipes.launch.cli import PREWARMED_LINE
 from recipes.smoke import startup
 
 PIPELINE_STAGES = ["env", "model", "data", "sft", "merge", "tool-call check", "sandbox", "rl", "eval", "plots"]
@@ -100,8 +101,9 @@ def check_rl_executed_tool_calls_in_the_sandbox(run: dict, rl_steps: int) -> Non
     # vLLM's CPU build where the venv has it (CI requires it), else the hf rollout; on the stack the run served
     engine = CPU.rollout_engine(stacks.get(summary["stack"]))
     assert (summary["rollout_engine"], summary["rollout_engine_version"]) == (engine.name, engine.version), summary
+    rl_log = (run["out"] / "logs" / "rl.log").read_text()
+    assert PREWARMED_LINE in rl_log, "the RL launch did not run its prewarmed driver (rl.log)"
     if engine.name == "vllm":  # the calls came through verl's vLLM async server, prefix caching as the stack has it
-        rl_log = (run["out"] / "logs" / "rl.log").read_text()
         assert "vLLMHttpServer" in rl_log
         check_rollout_engine_prefix_caching(rl_log, stacks.get(summary["stack"]))
     assert summary["rl_tool_calls"] >= 1

@@ -28,9 +28,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TextIO
 
 from platforms import PROFILE_ENV, PROFILE_NAMES, PROFILES, REFERENCE_PROFILE, applied, default_hardware, stacks
 from platforms.cli import add_profile_option, add_stack_option, profiles_help
@@ -38,11 +40,11 @@ from platforms.cli_errors import EXIT_FAILED, EXIT_OK, ArgumentParser, UsageErro
 from platforms.stacks import Stack
 from recipes.launch.cluster import ray_cluster
 from recipes.launch.planning import compose
-from recipes.launch.planning.plan import Plan, build, check_installed, check_user_overrides
+from recipes.launch.planning.plan import LATE_ENV, RL_ENTRY, Plan, build, check_installed, check_user_overrides
 from recipes.launch.planning.report import render
 from recipes.launch.run_inputs import catalog, inputs
 from recipes.launch.sizing.capacity import Demand, demand
-from recipes.launch.supervision import restart, runlog
+from recipes.launch.supervision import prewarm, restart, runlog
 
 SCALES = ("full", "smoke")
 PROG = "retool-launch"
@@ -193,24 +195,30 @@ def _recipe(name: str) -> catalog.Recipe:
         raise UsageError(exc.args[0]) from None
 
 
+def _run_env(
+    args: argparse.Namespace, recipe: catalog.Recipe, hw: str, stack: Stack, environ: Mapping[str, str]
+) -> dict[str, str]:
+    """The environment the command runs in: the profile's for the recipe's phase over ``environ``. Refuses first, in
+    one line before any work, a malformed override and a stack this interpreter's verl is not."""
+    check_user_overrides(args.overrides)
+    check_installed(stack)
+    return applied(PROFILES[hw].env(recipe.phase, stack, environ), environ)
+
+
 def _plan(
     args: argparse.Namespace,
     recipe: catalog.Recipe,
     hw: str,
     stack: Stack,
-    environ: Mapping[str, str],
+    env: dict[str, str],
     *,
     for_launch: bool,
     show: bool = True,
-) -> tuple[Plan, dict[str, str], str]:
-    """The one planning path of ``plan`` and ``run``: the profile's environment for the recipe's phase, the plan,
-    the table. ``plan --dry-run`` prints what ``run --dry-run`` prints (tests/recipes/test_plan_run_same.py), and
-    the command it shows is the one a launch runs. Returns the plan, the environment the command runs in and the table
-    (printed unless ``show`` is False: a launch prints it after naming its log). Refuses, in one line before any
-    work, a malformed override and a stack this interpreter's verl is not."""
-    check_user_overrides(args.overrides)
-    check_installed(stack)
-    env = applied(PROFILES[hw].env(recipe.phase, stack, environ), environ)
+) -> tuple[Plan, str]:
+    """The one planning path of ``plan`` and ``run`` in ``env`` (:func:`_run_env`): the plan, the table. ``plan
+    --dry-run`` prints what ``run --dry-run`` prints (tests/recipes/test_plan_run_same.py), and the command it shows
+    is the one a launch runs. Returns the plan and the table (printed unless ``show`` is False: a launch prints it
+    after naming its log)."""
     # verl and Hydra print while loading: a dry run shows it with the table; a launch keeps stdout for the command
     log = sys.stderr if for_launch else sys.stdout
     with contextlib.redirect_stdout(log):
@@ -228,7 +236,7 @@ def _plan(
     table = render(plan, dry_run=not for_launch)
     if show:
         print(table, file=log, flush=True)
-    return plan, env, table
+    return plan, table
 
 
 def _cluster_gate(plan: Plan, environ: Mapping[str, str]) -> Callable[[], str | None]:
@@ -259,18 +267,25 @@ def _run(args: argparse.Namespace, stack: Stack, environ: Mapping[str, str]) -> 
     """Environment, plan, then the trainer as a child whose output is also kept in the run's log file."""
     recipe = _recipe(args.recipe)
     hw = args.profile or default_hardware(environ, planning=args.dry_run)  # a bad KIT_HW raises a UsageError
-    plan, env, table = _plan(args, recipe, hw, stack, environ, for_launch=not args.dry_run, show=args.dry_run)
-    if plan.errors:
-        if not args.dry_run:
-            print(table, file=sys.stderr, flush=True)
-        return EXIT_FAILED
-    assert plan.cfg is not None and plan.facts is not None
-    _check_restarts(args.max_restarts, int(plan.cfg.trainer.save_freq), recipe.phase, plan.facts.layout.nnodes)
-    if args.dry_run:
-        if args.max_restarts:
-            print(_restarts_line(args.max_restarts, plan.facts.ckpt_dir))
-        return EXIT_OK
-    return _launch(args, plan, env, environ, table)
+    env = _run_env(args, recipe, hw, stack, environ)
+    # an RL launch's driver imports while the plan is checked (recipes.launch.supervision.prewarm)
+    warm = prewarm.start(RL_ENTRY, env) if recipe.phase == "rl" and not args.dry_run else None
+    try:
+        plan, table = _plan(args, recipe, hw, stack, env, for_launch=not args.dry_run, show=args.dry_run)
+        if plan.errors:
+            if not args.dry_run:
+                print(table, file=sys.stderr, flush=True)
+            return EXIT_FAILED
+        assert plan.cfg is not None and plan.facts is not None
+        _check_restarts(args.max_restarts, int(plan.cfg.trainer.save_freq), recipe.phase, plan.facts.layout.nnodes)
+        if args.dry_run:
+            if args.max_restarts:
+                print(_restarts_line(args.max_restarts, plan.facts.ckpt_dir))
+            return EXIT_OK
+        return _launch(args, plan, env, environ, table, warm)
+    finally:
+        if warm is not None:
+            warm.dismiss()  # a driver no attempt ran, or one an interrupt left running
 
 
 def _restarts_line(max_restarts: int, ckpt_dir: Path) -> str:
@@ -295,7 +310,14 @@ def _check_restarts(max_restarts: int, save_freq: int, phase: str, nnodes: int) 
         )
 
 
-def _launch(args: argparse.Namespace, plan: Plan, env: dict[str, str], environ: Mapping[str, str], table: str) -> int:
+def _launch(
+    args: argparse.Namespace,
+    plan: Plan,
+    env: dict[str, str],
+    environ: Mapping[str, str],
+    table: str,
+    warm: prewarm.Prewarmed | None = None,
+) -> int:
     """Run the approved command (under the restart supervisor when asked), its output and the supervisor's lines
     teed into the run log, which the first line printed names; then say how to resume when it failed."""
     assert plan.facts is not None
@@ -314,14 +336,28 @@ def _launch(args: argparse.Namespace, plan: Plan, env: dict[str, str], environ: 
     gate = _cluster_gate(plan, environ) if args.max_restarts and plan.joins_cluster else None
     try:
         layout = plan.stack.verl.checkpoint(plan.recipe.phase)  # what the stack's trainer writes and resumes
+        first = _first_attempt(plan, warm, err)
         returncode = restart.supervise(
-            plan.command, env, ckpt_dir, args.max_restarts, err, out, before_restart=gate, layout=layout
+            plan.command, env, ckpt_dir, args.max_restarts, err, out, before_restart=gate, layout=layout, first=first
         )
         if returncode != 0:
             print(_resume_hint(returncode, plan), file=err, flush=True)
     finally:
         log.close()
     return returncode if returncode >= 0 else 128 - returncode
+
+
+#: What a launch prints when its first attempt is the prewarmed driver (the main job's RL log must show it).
+PREWARMED_LINE = "run_recipe: driver prewarmed (its imports ran while the launcher checked the run)"
+
+
+def _first_attempt(plan: Plan, warm: prewarm.Prewarmed | None, err: TextIO) -> subprocess.Popen | None:
+    """The prewarmed driver running the plan's command, or None (a fresh one starts), saying which."""
+    if warm is None:
+        return None
+    proc = warm.take(plan.command, LATE_ENV)
+    print(PREWARMED_LINE if proc else f"run_recipe: prewarmed driver not used: {warm.refused}", file=err, flush=True)
+    return proc
 
 
 def _resume_hint(returncode: int, plan: Plan) -> str:
@@ -361,7 +397,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     stack = stacks.export(stacks.resolve(args.stack))  # the verl child serves the same stack
     if args.command == "demand":
         return _demand(args, stack)
-    plan, _, _ = _plan(args, _recipe(args.recipe), args.hw, stack, os.environ, for_launch=args.argv)
+    recipe = _recipe(args.recipe)
+    env = _run_env(args, recipe, args.hw, stack, os.environ)
+    plan, _ = _plan(args, recipe, args.hw, stack, env, for_launch=args.argv)
     if plan.errors:
         return EXIT_FAILED
     if args.argv:

@@ -38,6 +38,9 @@ from recipes.launch.supervision import trace
 from recipes.retool import AGENT_LOOP_CONFIG_PATH, REWARD_PATH, TOOL_CONFIG_PATH
 
 RL_ENTRY = "verl.trainer.main_ppo"
+#: What _run_dir_overrides puts in the command's environment, read when the tracker and the trace store start,
+#: after the driver's imports: a prewarmed driver may take them late (recipes.launch.supervision.prewarm).
+LATE_ENV = frozenset({"TENSORBOARD_DIR", trace.URI_ENV, trace.ALLOW_FILE_STORE_ENV})
 
 _SAFE_VALUE = re.compile(r"[\w./:@+\-]+")
 #: Plain values Hydra's override grammar types as int, float, bool or null (case-insensitive, as Hydra reads them).

@@ -121,15 +121,19 @@ def _pass_through(stream: IO[bytes], out: TextIO, steps: list[int]) -> None:
             steps.append(int(match.group(1)))
 
 
-def run_attempt(command: Sequence[str], env: Mapping[str, str], stop: _Stop, out: TextIO) -> tuple[int, int | None]:
-    """One trainer run, its output passed through to ``out``; returns (exit status, last step it logged).
+def run_attempt(
+    command: Sequence[str], env: Mapping[str, str], stop: _Stop, out: TextIO, proc: subprocess.Popen | None = None
+) -> tuple[int, int | None]:
+    """One trainer run, its output passed through to ``out``; returns (exit status, last step it logged). ``proc``:
+    the trainer already running ``command`` (a prewarmed driver, recipes.launch.supervision.prewarm), else started.
 
     The output is read on a thread and the attempt ends when the trainer exits, not when its output closes: what
     the trainer started (a local Ray head) holds the same pipe and may outlive it until its group is killed."""
     steps: list[int] = []
-    proc = subprocess.Popen(
-        list(command), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
-    )
+    if proc is None:
+        proc = subprocess.Popen(
+            list(command), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+        )
     stop.proc = proc
     reader = threading.Thread(target=_pass_through, args=(proc.stdout, out, steps), daemon=True)
     reader.start()
@@ -168,13 +172,15 @@ def supervise(
     out: TextIO | None = None,
     before_restart: Callable[[], str | None] | None = None,
     layout: CheckpointLayout | None = None,
+    first: subprocess.Popen | None = None,
 ) -> int:
     """Run ``command``; relaunch it resuming after each non-zero exit, at most ``max_restarts`` times. The trainer's
     output goes to ``out`` (default stdout), the supervisor's lines to ``log``. ``before_restart`` (multi-node RL:
     :func:`recipes.launch.cluster.ray_cluster.wait_for_nodes`) returns why a relaunch cannot work, after waiting as long
     as it chooses; the supervisor then stops with that line instead of starting a trainer that would wait forever.
     ``layout``: the checkpoint layout of the stack's trainer for this phase (``plan.stack.verl.checkpoint(phase)``),
-    which says where a resume starts (:func:`resume_point`)."""
+    which says where a resume starts (:func:`resume_point`). ``first``: the first attempt's trainer, already running
+    ``command`` (a prewarmed driver); every restart starts afresh."""
     stop = _Stop()
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     attempts: list[Attempt] = []
@@ -182,7 +188,8 @@ def supervise(
         while True:
             start = None if resume_mode(command) == "disable" else checkpoint_step(ckpt_dir, layout)
             t0 = time.monotonic()
-            returncode, last_step = run_attempt(command, env, stop, out or sys.stdout)
+            running = first if not attempts else None
+            returncode, last_step = run_attempt(command, env, stop, out or sys.stdout, running)
             attempts.append(Attempt(len(attempts) + 1, returncode, last_step, start, time.monotonic() - t0))
             if returncode == 0 or stop.requested:
                 break

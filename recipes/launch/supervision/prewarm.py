@@ -1,0 +1,128 @@
+"""An RL driver started before the launcher's checks end, its imports done while they run.
+
+Why: the launcher imports verl (and with it torch, tensordict, transformers) to check a run before it starts it,
+8-10 s on a 2-core Xeon; the driver it then starts, ``python -m verl.trainer.main_ppo``, imports the same again before
+it reaches Ray, about 5 s more, one after the other while the second core waits (docs/measurements/rl_startup.yaml:
+"launcher checks", "verl driver and Ray"). A prewarmed driver is started as the launch begins: it imports its entry
+module, then waits on its stdin for the command line the plan settles and runs it as ``python -m`` would
+(:func:`runpy.run_module` as ``__main__``, the module's own imports already loaded). The launcher's first attempt is
+that process (restart.run_attempt); a restart starts afresh.
+
+Only what a wait cannot change is run so: the command must be this interpreter's ``-m`` of the module imported, and
+the extra environment the plan puts before it (``env K=V ...``) must hold only variables read after start-up
+(``late_env`` of :meth:`Prewarmed.take`, the plan's own: the TensorBoard folder, the trace store). Anything else, a
+check that fails, a dry run or the launcher's end closes its stdin: it exits without running anything, and the
+command starts fresh. Standard library only: the child runs it before anything else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import runpy
+import subprocess
+import sys
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+
+from recipes.launch.supervision.process_group import kill_group
+
+ENV_PREFIX = "env"
+GRACE_S = 10.0
+
+
+def start(module: str, env: Mapping[str, str]) -> Prewarmed:
+    """Start ``python -m recipes.launch.supervision.prewarm MODULE`` with ``env``, piped as a trainer attempt is
+    (restart.run_attempt: output to a pipe, a session of its own), its stdin a pipe for the command."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", __name__, module],
+        env=dict(env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    return Prewarmed(proc, module)
+
+
+def split_command(command: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """``env K=V ... ARGV`` -> ({K: V}, ARGV); a command without the prefix has no extra environment."""
+    words = list(command)
+    if words[:1] != [ENV_PREFIX]:
+        return {}, words
+    extra: dict[str, str] = {}
+    rest = words[1:]
+    while rest and "=" in rest[0] and not rest[0].startswith("-"):
+        key, value = rest.pop(0).split("=", 1)
+        extra[key] = value
+    return extra, rest
+
+
+@dataclass
+class Prewarmed:
+    """The waiting driver: :meth:`take` hands it a command, :meth:`dismiss` lets it go."""
+
+    proc: subprocess.Popen
+    module: str
+    refused: str | None = None  # why :meth:`take` did not hand it the command
+
+    def refusal(self, command: Sequence[str], late_env: Collection[str]) -> str | None:
+        """Why this driver cannot run ``command`` as a fresh one would; None when it can."""
+        extra, argv = split_command(command)
+        if argv[:3] != [sys.executable, "-m", self.module]:
+            return f"the command is not {sys.executable} -m {self.module}"
+        early = sorted(set(extra) - set(late_env))
+        if early:
+            return f"its environment sets {', '.join(early)}, which the driver may read while importing"
+        if self.proc.poll() is not None:
+            return f"it exited with status {self.proc.returncode} while waiting"
+        return None
+
+    def take(self, command: Sequence[str], late_env: Collection[str]) -> subprocess.Popen | None:
+        """The driver running ``command``, or None when :meth:`refusal` names a reason (kept in ``refused``; the
+        driver is dismissed)."""
+        self.refused = self.refusal(command, late_env)
+        if self.refused is None:
+            extra, argv = split_command(command)
+            assert self.proc.stdin is not None
+            try:
+                self.proc.stdin.write((json.dumps({"env": extra, "args": argv[3:]}) + "\n").encode())
+                self.proc.stdin.close()
+                return self.proc
+            except BrokenPipeError:
+                self.refused = "it ended before the command came"
+        self.dismiss()
+        return None
+
+    def dismiss(self) -> None:
+        """Close its stdin (waiting, it exits without running anything) and end its process group: the launcher's
+        last word on it, whether or not it was taken. Nothing once an attempt reaped it (its group ended with it)."""
+        if self.proc.returncode is not None:
+            return
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        kill_group(self.proc, GRACE_S)
+
+
+def serve(module: str) -> int:
+    """The child: import ``module``, wait for the command, run it as ``python -m module ARGS`` would."""
+    importlib.import_module(module)
+    line = sys.stdin.readline()
+    if not line.strip():  # dismissed: the launcher closed the pipe
+        return 0
+    order = json.loads(line)
+    os.environ.update(order["env"])
+    devnull = os.open(os.devnull, os.O_RDONLY)  # as a fresh driver's: not the launcher's pipe
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    sys.argv = [sys.argv[0], *order["args"]]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(serve(sys.argv[1]))
