@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,15 @@ from kit_testing import REPO_ROOT, kit_env
 
 from recipes.launch.supervision import prewarm, restart
 
+HEAVY = """
+import os
+print("heavy imported", flush=True)
+open(os.environ["TOY_WARMED"], "w").close()
+"""
+
 TOY = """
 import os, sys
+import toyheavy
 print("imported", flush=True)
 if __name__ == "__main__":
     marker = os.environ.get("TOY_MARKER")
@@ -35,7 +43,9 @@ if __name__ == "__main__":
 @pytest.fixture
 def toy_env(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "toyentry.py").write_text(TOY)
+    (tmp_path / "toyheavy.py").write_text(HEAVY)
     env = kit_env()
+    env["TOY_WARMED"] = str(tmp_path / "warmed")
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO_ROOT), env.get("PYTHONPATH", "")])
     return env
 
@@ -46,17 +56,23 @@ def _command(*extra_env: str) -> list[str]:
 
 
 def _output(proc) -> str:  # noqa: ANN001
-    out, _ = proc.communicate(timeout=60)
+    """Everything the child printed (its stdin may be closed already: no ``communicate``)."""
+    out = proc.stdout.read()
+    proc.wait(timeout=60)
     return out.decode()
 
 
-def test_it_runs_the_command_as_python_m_would(toy_env: dict[str, str]) -> None:
+def test_it_imports_while_waiting_and_runs_the_command_as_python_m_would(toy_env: dict[str, str]) -> None:
     warm = prewarm.start("toyentry", toy_env)
+    deadline = time.monotonic() + 60
+    while not Path(toy_env["TOY_WARMED"]).exists():  # what the module imports, before any command came
+        assert time.monotonic() < deadline and warm.proc.poll() is None, "the waiting driver imported nothing"
+        time.sleep(0.05)
     proc = warm.take(_command("LATE=late", "TOY_EXIT=3"), late_env={"LATE", "TOY_EXIT"})
     assert proc is warm.proc and warm.refused is None
     lines = _output(proc).splitlines()
-    assert lines[0] == "imported"
-    assert lines[1] == f"main {proc.pid} __main__ ['a', 'trainer.x=1'] late ''"  # its stdin is empty, not the pipe
+    # the module's body once, as __main__ (not also as an imported module); its stdin is empty, not the pipe
+    assert lines == ["heavy imported", "imported", f"main {proc.pid} __main__ ['a', 'trainer.x=1'] late ''"], lines
     assert proc.returncode == 3
 
 

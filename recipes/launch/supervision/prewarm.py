@@ -5,7 +5,7 @@ Why: the launcher imports verl (and with it torch, tensordict, transformers) to 
 it reaches Ray, about 5 s more, one after the other while the second core waits (docs/measurements/rl_startup.yaml:
 "launcher checks", "verl driver and Ray"). A prewarmed driver is started as the launch begins: it imports its entry
 module, then waits on its stdin for the command line the plan settles and runs it as ``python -m`` would
-(:func:`runpy.run_module` as ``__main__``, the module's own imports already loaded). The launcher's first attempt is
+(:func:`runpy.run_module` as ``__main__``, what the module imports already loaded). The launcher's first attempt is
 that process (restart.run_attempt); a restart starts afresh.
 
 Only what a wait cannot change is run so: the command must be this interpreter's ``-m`` of the module imported, and
@@ -17,7 +17,8 @@ command starts fresh. Standard library only: the child runs it before anything e
 
 from __future__ import annotations
 
-import importlib
+import ast
+import importlib.util
 import json
 import os
 import runpy
@@ -25,6 +26,7 @@ import subprocess
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from recipes.launch.supervision.process_group import kill_group
 
@@ -108,9 +110,24 @@ class Prewarmed:
         kill_group(self.proc, GRACE_S)
 
 
+def warm(module: str) -> None:
+    """Import what ``module`` imports at its top level, not the module itself: its body then runs once, as
+    ``__main__``, as under ``python -m`` (verl's main_ppo defines Ray actor classes there). An import that fails is
+    left for the run, which reports it as ``python -m`` would."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        return
+    tree = ast.parse(Path(spec.origin).read_text(), spec.origin)
+    imports = ast.Module(body=[n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))], type_ignores=[])
+    try:
+        exec(compile(imports, spec.origin, "exec"), {"__name__": f"{module}.prewarm", "__package__": spec.parent})
+    except Exception:  # noqa: BLE001, S110 (the run itself raises it)
+        pass
+
+
 def serve(module: str) -> int:
-    """The child: import ``module``, wait for the command, run it as ``python -m module ARGS`` would."""
-    importlib.import_module(module)
+    """The child: import what ``module`` imports, wait for the command, run it as ``python -m module ARGS`` would."""
+    warm(module)
     line = sys.stdin.readline()
     if not line.strip():  # dismissed: the launcher closed the pipe
         return 0
