@@ -31,9 +31,10 @@ class Timings:
 #: reference's, saying so.
 TIMINGS = {
     REFERENCE: Timings(
-        learn="623.5 s as shipped on 2 AVX-512 Intel Xeon cores, both stacks in one run, "
-        "docs/measurements/learn_both_stacks_xeon.yaml; 674.2 s in a later such run whose SFT stage shared the "
-        "machine with a test run, docs/measurements/learn_both_stacks_cache.yaml; earlier: "
+        learn="585.8 s as shipped on 2 AVX-512 Intel Xeon cores, both stacks in one run, "
+        "docs/measurements/learn_prewarm.yaml; 618.5 s in the run before, before the RL driver imported while the "
+        "launcher checked the run, docs/measurements/learn_head_starts.yaml; 623.5 s before the short stages were "
+        "begun ahead, docs/measurements/learn_both_stacks_xeon.yaml; earlier: "
         "10.4 min on 2 AMD EPYC cores, docs/measurements/learn_both_stacks.yaml; 9.9 min on the 2 Intel Xeon "
         "cores it was tuned on, docs/measurements/learn_speed.yaml; both before patch 0032, which took its SFT stage "
         "from 306.4 s to 271.4 s on 2 AVX2-only cores, docs/measurements/sft_dataloader_workers.yaml; all with 64 "
@@ -46,9 +47,11 @@ CPU build, first step 96 s into the stage, then ~12 s a step: docs/measurements/
 check: 9.9 min (docs/measurements/learn_speed.yaml; docs/main-job.md).""",
     ),
     CURRENT: Timings(
-        learn="605.1 s as shipped on 2 AVX-512 Intel Xeon cores, its vLLM servers up in 52.1 s with the stack's own "
-        "vLLM cache folder, docs/measurements/learn_both_stacks_cache.yaml; 603.3 s before it, where the reference "
-        "took 623.5 s in the same run, docs/measurements/learn_both_stacks_xeon.yaml; earlier: "
+        learn="566.3 s on 2 AVX-512 Intel Xeon cores with the short stages begun ahead and one reward worker, "
+        "docs/measurements/learn_head_starts.yaml; 580.6 s in the next run, with the RL driver importing while the "
+        "launcher checked the run and a patch since dropped, where the reference took 585.8 s, "
+        "docs/measurements/learn_prewarm.yaml; 605.1 s before, its vLLM servers up in 52.1 s with the stack's own "
+        "vLLM cache folder, docs/measurements/learn_both_stacks_cache.yaml; earlier: "
         "11.8 min on 2 AVX-512 AMD EPYC cores with --stack 0.9.1 before prefix caching, "
         "docs/measurements/learn_both_stacks.yaml; 15.4 min with it on 2 AVX2-only cores, where the reference took "
         "16.7 min, docs/measurements/learn_both_stacks_avx2.yaml; both with 64 validation samples, 128 since: "
