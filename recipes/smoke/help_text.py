@@ -47,8 +47,9 @@ CPU build, first step 96 s into the stage, then ~12 s a step: docs/measurements/
 check: 9.9 min (docs/measurements/learn_speed.yaml; docs/main-job.md).""",
     ),
     CURRENT: Timings(
-        learn="566.3 s on 2 AVX-512 Intel Xeon cores with the short stages begun ahead and one reward worker, "
-        "docs/measurements/learn_head_starts.yaml; 580.6 s in the next run, with the RL driver importing while the "
+        learn="559.4 s as shipped on 2 AVX-512 Intel Xeon cores, docs/measurements/learn_shipped_091.yaml; 566.3 s "
+        "with the short stages begun ahead and one reward worker, docs/measurements/learn_head_starts.yaml; 580.6 s in "
+        "the next run, with the RL driver importing while the "
         "launcher checked the run and a patch since dropped, where the reference took 585.8 s, "
         "docs/measurements/learn_prewarm.yaml; 605.1 s before, its vLLM servers up in 52.1 s with the stack's own "
         "vLLM cache folder, docs/measurements/learn_both_stacks_cache.yaml; earlier: "
