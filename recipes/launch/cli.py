@@ -355,7 +355,7 @@ def _first_attempt(plan: Plan, warm: prewarm.Prewarmed | None, err: TextIO) -> s
     """The prewarmed driver running the plan's command, or None (a fresh one starts), saying which."""
     if warm is None:
         return None
-    proc = warm.take(plan.command, LATE_ENV)
+    proc = warm.take(plan.argv, plan.env, LATE_ENV)  # plan.command is `env K=V ...` (plan.env) then plan.argv
     print(PREWARMED_LINE if proc else f"run_recipe: prewarmed driver not used: {warm.refused}", file=err, flush=True)
     return proc
 

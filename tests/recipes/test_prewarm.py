@@ -50,9 +50,7 @@ def toy_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _command(*extra_env: str) -> list[str]:
-    prefix = ["env", *extra_env] if extra_env else []
-    return [*prefix, sys.executable, "-m", "toyentry", "a", "trainer.x=1"]
+ARGV = [sys.executable, "-m", "toyentry", "a", "trainer.x=1"]
 
 
 def _output(proc) -> str:  # noqa: ANN001
@@ -68,7 +66,7 @@ def test_it_imports_while_waiting_and_runs_the_command_as_python_m_would(toy_env
     while not Path(toy_env["TOY_WARMED"]).exists():  # what the module imports, before any command came
         assert time.monotonic() < deadline and warm.proc.poll() is None, "the waiting driver imported nothing"
         time.sleep(0.05)
-    proc = warm.take(_command("LATE=late", "TOY_EXIT=3"), late_env={"LATE", "TOY_EXIT"})
+    proc = warm.take(ARGV, {"LATE": "late", "TOY_EXIT": "3"}, late_env={"LATE", "TOY_EXIT"})
     assert proc is warm.proc and warm.refused is None
     lines = _output(proc).splitlines()
     # the module's body once, as __main__ (not also as an imported module); its stdin is empty, not the pipe
@@ -77,18 +75,18 @@ def test_it_imports_while_waiting_and_runs_the_command_as_python_m_would(toy_env
 
 
 @pytest.mark.parametrize(
-    ("command", "why"),
+    ("argv", "extra_env", "why"),
     [
-        (_command("EARLY=1"), "its environment sets EARLY"),
-        ([sys.executable, "-m", "otherentry", "a"], "is not"),
-        (["/usr/bin/python3", "-m", "toyentry", "a"], "is not"),
+        (ARGV, {"EARLY": "1"}, "its environment sets EARLY"),
+        ([sys.executable, "-m", "otherentry", "a"], {}, "is not"),
+        (["/usr/bin/python3", "-m", "toyentry", "a"], {}, "is not"),
     ],
 )
 def test_a_command_it_cannot_run_so_is_refused_and_it_runs_nothing(
-    toy_env: dict[str, str], command: list[str], why: str
+    toy_env: dict[str, str], argv: list[str], extra_env: dict[str, str], why: str
 ) -> None:
     warm = prewarm.start("toyentry", toy_env)
-    assert warm.take(command, late_env={"LATE"}) is None
+    assert warm.take(argv, extra_env, late_env={"LATE"}) is None
     assert why in (warm.refused or "")
     assert warm.proc.poll() is not None
     assert "main" not in _output(warm.proc)
@@ -107,10 +105,10 @@ def test_the_first_attempt_is_the_prewarmed_driver_and_a_restart_starts_afresh(
 ) -> None:
     env = {**toy_env, "TOY_MARKER": str(tmp_path / "failed-once")}
     warm = prewarm.start("toyentry", env)
-    first = warm.take(_command(), late_env=())
+    first = warm.take(ARGV, {}, late_env=())
     assert first is not None
     log, out = io.StringIO(), io.StringIO()
-    rc = restart.supervise(_command(), env, tmp_path / "ckpt", 1, log, out, first=first)
+    rc = restart.supervise(ARGV, env, tmp_path / "ckpt", 1, log, out, first=first)
     assert rc == 0, log.getvalue()
     mains = [line.split() for line in out.getvalue().splitlines() if line.startswith("main ")]
     assert [int(words[1]) for words in mains][0] == first.pid
@@ -122,8 +120,9 @@ class _FakeWarm:
     def __init__(self, module: str, env: dict[str, str]) -> None:
         self.module, self.env, self.taken_with, self.dismissed, self.refused = module, env, None, False, None
 
-    def take(self, command, late_env):  # noqa: ANN001, ANN201
-        self.taken_with = (list(command), set(late_env))
+    def take(self, argv, extra_env, late_env):  # noqa: ANN001, ANN201
+        prefix = ["env", *(f"{k}={v}" for k, v in extra_env.items())] if extra_env else []
+        self.taken_with = ([*prefix, *argv], set(late_env))  # the command a fresh driver would have run
         return "the prewarmed driver"
 
     def dismiss(self) -> None:

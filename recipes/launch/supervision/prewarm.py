@@ -30,7 +30,6 @@ from pathlib import Path
 
 from recipes.launch.supervision.process_group import kill_group
 
-ENV_PREFIX = "env"
 GRACE_S = 10.0
 
 
@@ -48,19 +47,6 @@ def start(module: str, env: Mapping[str, str]) -> Prewarmed:
     return Prewarmed(proc, module)
 
 
-def split_command(command: Sequence[str]) -> tuple[dict[str, str], list[str]]:
-    """``env K=V ... ARGV`` -> ({K: V}, ARGV); a command without the prefix has no extra environment."""
-    words = list(command)
-    if words[:1] != [ENV_PREFIX]:
-        return {}, words
-    extra: dict[str, str] = {}
-    rest = words[1:]
-    while rest and "=" in rest[0] and not rest[0].startswith("-"):
-        key, value = rest.pop(0).split("=", 1)
-        extra[key] = value
-    return extra, rest
-
-
 @dataclass
 class Prewarmed:
     """The waiting driver: :meth:`take` hands it a command, :meth:`dismiss` lets it go."""
@@ -69,27 +55,29 @@ class Prewarmed:
     module: str
     refused: str | None = None  # why :meth:`take` did not hand it the command
 
-    def refusal(self, command: Sequence[str], late_env: Collection[str]) -> str | None:
-        """Why this driver cannot run ``command`` as a fresh one would; None when it can."""
-        extra, argv = split_command(command)
-        if argv[:3] != [sys.executable, "-m", self.module]:
+    def refusal(self, argv: Sequence[str], extra_env: Mapping[str, str], late_env: Collection[str]) -> str | None:
+        """Why this driver cannot run ``argv`` with ``extra_env`` (the plan's ``argv`` and ``env``: its command is
+        ``env K=V ... ARGV``) as a fresh one would; None when it can."""
+        if list(argv[:3]) != [sys.executable, "-m", self.module]:
             return f"the command is not {sys.executable} -m {self.module}"
-        early = sorted(set(extra) - set(late_env))
+        early = sorted(set(extra_env) - set(late_env))
         if early:
             return f"its environment sets {', '.join(early)}, which the driver may read while importing"
         if self.proc.poll() is not None:
             return f"it exited with status {self.proc.returncode} while waiting"
         return None
 
-    def take(self, command: Sequence[str], late_env: Collection[str]) -> subprocess.Popen | None:
-        """The driver running ``command``, or None when :meth:`refusal` names a reason (kept in ``refused``; the
-        driver is dismissed)."""
-        self.refused = self.refusal(command, late_env)
+    def take(
+        self, argv: Sequence[str], extra_env: Mapping[str, str], late_env: Collection[str]
+    ) -> subprocess.Popen | None:
+        """The driver running ``argv`` with ``extra_env``, or None when :meth:`refusal` names a reason (kept in
+        ``refused``; the driver is dismissed)."""
+        self.refused = self.refusal(argv, extra_env, late_env)
         if self.refused is None:
-            extra, argv = split_command(command)
             assert self.proc.stdin is not None
+            order = {"env": dict(extra_env), "args": list(argv[3:])}
             try:
-                self.proc.stdin.write((json.dumps({"env": extra, "args": argv[3:]}) + "\n").encode())
+                self.proc.stdin.write((json.dumps(order) + "\n").encode())
                 self.proc.stdin.close()
                 return self.proc
             except BrokenPipeError:
