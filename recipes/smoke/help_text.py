@@ -42,9 +42,10 @@ TIMINGS = {
         "773.1 s with the RL update in small micro-batches without activation checkpointing, on a day that machine ran "
         "faster, docs/measurements/learn_update_micro_batches.yaml",
         fast="""\
-Measured with --fast on 2 CPU cores (fp32): 308 s, of which SFT 160 s (96 steps, 1.2 s/step) and RL 109 s (vLLM's
-CPU build, first step 96 s into the stage, then ~12 s a step: docs/measurements/fast_pipeline.yaml); the learning
-check: 9.9 min (docs/measurements/learn_speed.yaml; docs/main-job.md).""",
+Measured with --fast on 2 Intel Xeon cores with AVX-512 (fp32): 317.7 s, of which SFT 169.3 s (96 steps, 1.4 s/step)
+and RL 121.5 s (vLLM's CPU build, first step 108 s into the stage, then ~10.8 s a step:
+docs/measurements/fast_both_stacks.yaml); the learning check: 9.8 min (docs/measurements/learn_prewarm.yaml;
+docs/main-job.md).""",
     ),
     CURRENT: Timings(
         learn="559.4 s as shipped on 2 AVX-512 Intel Xeon cores, docs/measurements/learn_shipped_091.yaml; 566.3 s "
@@ -60,10 +61,10 @@ check: 9.9 min (docs/measurements/learn_speed.yaml; docs/main-job.md).""",
         "docs/measurements/learn_val_samples.yaml; 773.7 s with the RL update in small micro-batches without "
         "activation checkpointing, on a day that machine ran faster, docs/measurements/learn_update_micro_batches.yaml",
         fast="""\
-Measured on stack 0.9.1 with --fast on 2 CPU cores (fp32): 519 s, of which SFT 242 s (96 steps, 2.0 s/step) and RL
-212 s (vLLM 0.23's CPU build, one trainer rank, first step 190 s into the stage, then ~15.8 s a step:
-docs/measurements/fast_091.yaml); the learning check: 11.8 min (docs/measurements/learn_both_stacks.yaml;
-docs/stacks.md).""",
+Measured on stack 0.9.1 with --fast on 2 Intel Xeon cores with AVX-512 (fp32): 433.7 s, of which SFT 239.5 s (96
+steps, 2.0 s/step) and RL 167.2 s (vLLM 0.23's CPU build, one trainer rank, first step 151 s into the stage, then
+~10.8 s a step: docs/measurements/fast_both_stacks.yaml); the learning check: 9.3 min
+(docs/measurements/learn_shipped_091.yaml; docs/stacks.md).""",
     ),
 }
 
