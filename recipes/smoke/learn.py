@@ -211,23 +211,51 @@ def _judge_curve(curve: list[ValPoint]) -> Verdict:
 SECOND_TRY_DIR = "try2"
 
 
+#: verl's step metric of the training rollouts' accuracy: the mean of the kit's reward's ``acc`` (recipes/retool/
+#: reward.py ``compute_score``: the answer's truth, whatever score the reward gives it).
+TRAINING_ACC_KEY = "reward_extra/acc/mean"
+
+
+def training_accuracy(steps: dict[int, dict[str, float]]) -> dict[int, float]:
+    """Each RL step's training-rollout accuracy, from the trainer log's step metrics (recipes.smoke.progress
+    ``step_metrics``)."""
+    return {step: metrics[TRAINING_ACC_KEY] for step, metrics in sorted(steps.items()) if TRAINING_ACC_KEY in metrics}
+
+
+def training_cleared_the_bar(training_acc: dict[int, float]) -> bool:
+    """Whether the training rollouts' accuracy at the last step reached the validation's bar from the first step's
+    (:func:`needed_acc`): the rollouts learned, whatever the last update then did."""
+    if len(training_acc) < 2:
+        return False
+    first, *_, last = (training_acc[step] for step in sorted(training_acc))
+    return last >= needed_acc(first)
+
+
 def second_try_warranted(
-    curve: list[ValPoint], verdict: Verdict, witness: SyncVerdict | None, mask: MaskVerdict | None
+    curve: list[ValPoint],
+    verdict: Verdict,
+    witness: SyncVerdict | None,
+    mask: MaskVerdict | None,
+    training_acc: dict[int, float] | None = None,
 ) -> bool:
-    """Whether a failed first try earns one more RL run from the same SFT model: it learned (accuracy and tool calls
-    both rose, on enough samples, both direct witnesses clean) but fell short of the bar.
+    """Whether a failed first try earns one more RL run from the same SFT model: both direct witnesses clean, on
+    enough samples, and it learned short of the bar (validation accuracy and tool calls both rose) or its training
+    rollouts cleared the bar (:func:`training_cleared_the_bar`) while its last validation fell.
 
     Why: four GRPO steps of 32 trajectories end in a spread of policies; the same run that learned 0.65 -> 0.95
     here learned 0.65 -> 0.77 in CI, its witnesses clean and its training reward at +0.94 (docs/measurements/
-    learn_second_try.yaml). None of the sabotages earns one: a flipped reward lowers accuracy, and a weight sync or
-    loss mask that breaks fails its witness (learn_val_samples.yaml, sabotage_091.yaml). A broken run gets the same
-    bar twice, not a lower one."""
+    learn_second_try.yaml); and once the current stack's policy broke in its last update (val 0.66 -> 0.00, every
+    tool call's JSON left unclosed) after its training rollouts rose 0.69 -> 0.94, witnesses clean (ci_history.yaml,
+    the replica of 89e829f). None of the sabotages earns one: a flipped reward lowers accuracy, training and
+    validation alike, and a weight sync or loss mask that breaks fails its witness (learn_val_samples.yaml,
+    bench_seeds_128.yaml, bench_seeds_128_seed2.yaml). A broken run gets the same bar twice, not a lower one."""
     if verdict.ok or len(curve) < 2 or witness is None or mask is None or not (witness.ok and mask.ok):
         return False
     before, after = curve[0], curve[-1]
     if min(before.samples, after.samples) < MIN_VAL_SAMPLES:
         return False
-    return after.acc > before.acc and after.tool_call_rate > before.tool_call_rate
+    rose = after.acc > before.acc and after.tool_call_rate > before.tool_call_rate
+    return rose or training_cleared_the_bar(training_acc or {})
 
 
 def second_try_override(rl_extra: tuple[str, ...]) -> str:
@@ -241,9 +269,13 @@ def second_try_override(rl_extra: tuple[str, ...]) -> str:
 
 
 def summary_fields(
-    curve: list[ValPoint], verdict: Verdict, witness: SyncVerdict | None = None, mask: MaskVerdict | None = None
+    curve: list[ValPoint],
+    verdict: Verdict,
+    witness: SyncVerdict | None = None,
+    mask: MaskVerdict | None = None,
+    training_acc: dict[int, float] | None = None,
 ) -> dict[str, Any]:
-    """The keys ``summary.json`` carries for a learning check."""
+    """The keys ``summary.json`` carries for a learning check (``training_acc``: :func:`training_accuracy`)."""
     before, after = (curve[0], curve[-1]) if curve else (None, None)
     return {
         "weight_sync_ok": witness.ok if witness else None,
@@ -252,6 +284,7 @@ def summary_fields(
         "loss_mask_ok": mask.ok if mask else None,
         "loss_mask_verdict": mask.line if mask else None,
         "loss_mask_shares": {str(step): share for step, share in mask.shares.items()} if mask else {},
+        "training_acc": {str(step): acc for step, acc in (training_acc or {}).items()},
         "learn_ok": verdict.ok,
         "learn_verdict": verdict.line,
         "learn_target": {

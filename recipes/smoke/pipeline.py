@@ -264,13 +264,13 @@ class Smoke(SmokeCommands):
         steps = step_metrics(read_tail(self.logs / "rl.log"))
         witness = sync_witness.judge(sync_witness.gaps(steps))
         mask = mask_witness.judge(mask_witness.readings(steps))
-        verdict = learn.judge(curve, witness, mask)
-        st.details = learn.summary_fields(curve, verdict, witness, mask)
+        verdict, training = learn.judge(curve, witness, mask), learn.training_accuracy(steps)
+        st.details = learn.summary_fields(curve, verdict, witness, mask, training)
         st.metric = verdict.line.removeprefix("learn: ")
         print(learn.render_curve(curve), flush=True)
         print(witness.line, flush=True)
         print(mask.line, flush=True)
-        if self.try_number == 1 and learn.second_try_warranted(curve, verdict, witness, mask):
+        if self.try_number == 1 and learn.second_try_warranted(curve, verdict, witness, mask, training):
             self._second_try(st)
         elif not verdict.ok:
             raise StageError(verdict.line)

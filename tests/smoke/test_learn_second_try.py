@@ -33,10 +33,20 @@ def _curve(acc: tuple[float, float], tools: tuple[float, float], samples: int = 
     return [ValPoint(step, samples, a, a, t, 2 * a - 1, 150.0) for step, a, t in zip((0, 4), acc, tools, strict=True)]
 
 
-def _warranted(curve: list[ValPoint], gaps: dict[int, float], mask: mask_witness.Reading) -> bool:
+def _warranted(
+    curve: list[ValPoint],
+    gaps: dict[int, float],
+    mask: mask_witness.Reading,
+    training: dict[int, float] | None = None,
+) -> bool:
     witness = sync_witness.judge(gaps)
     masked = mask_witness.judge(dict.fromkeys(gaps, mask))
-    return learn.second_try_warranted(curve, learn.judge(curve, witness, masked), witness, masked)
+    return learn.second_try_warranted(curve, learn.judge(curve, witness, masked), witness, masked, training)
+
+
+def _by_step(text: object) -> dict[int, float]:
+    """A record's ``training acc by step`` (``0.69 0.91 0.97 0.94``) as the pipeline reads it from the log."""
+    return {step: float(acc) for step, acc in enumerate(str(text).split(), start=1)}
 
 
 def _numbers(name: str) -> dict[str, object]:
@@ -48,53 +58,85 @@ def _pair(text: object) -> tuple[float, float]:
     return first, last
 
 
-def _cis_near_misses() -> dict[str, list[ValPoint]]:
-    """Every CI run the learning check failed (ci_history.yaml: ``failed run of <commit>, the <stack>'s val acc``),
-    as a curve on today's 128 samples."""
+def _cis_near_misses() -> dict[str, tuple[list[ValPoint], dict[int, float] | None]]:
+    """Every CI run (or fresh-clone replica of one) whose learning check failed, in ci_history.yaml (``failed run
+    of <commit>, the <stack>'s val acc``, ``fresh-clone Xeon run of ...``), as a curve on today's 128 samples, with
+    its training rollouts' accuracy by step where recorded."""
     numbers = _numbers("ci_history.yaml")
     runs = {}
     for key, value in numbers.items():
-        run = re.fullmatch(r"failed run of (\w+), the (.+)'s val acc", key)
+        run = re.fullmatch(r"((?:failed|fresh-clone Xeon) run of \w+), the (.+)'s val acc", key)
         if run:
-            tools = numbers[f"failed run of {run[1]}, the {run[2]}'s tool calls"]
-            runs[f"{run[1]} {run[2]}"] = _curve(_pair(value), _pair(tools))
+            tools = numbers[f"{run[1]}, the {run[2]}'s tool calls"]
+            training = numbers.get(f"{run[1]}, the {run[2]}'s training acc by step")
+            name = f"{run[1].split()[-1]} {run[2]}"
+            runs[name] = (_curve(_pair(value), _pair(tools)), _by_step(training) if training else None)
     return runs
 
 
-def test_cis_near_misses_earn_a_second_try() -> None:
+def test_cis_failed_learning_checks_earn_a_second_try() -> None:
+    """Each learning check CI failed with its witnesses clean: two near misses (accuracy rose short of the bar) and
+    the current stack's collapse after its last update (0.66 -> 0.00, its training rollouts at 0.94)."""
     runs = _cis_near_misses()
-    assert {"6815cfb reference", "6abf5f3 current stack"} <= set(runs), sorted(runs)
-    for name, curve in runs.items():
-        assert not learn.judge(curve).ok, f"{name}: the record is a near miss, it fails the bar"
-        assert _warranted(curve, CLEAN_GAPS, CLEAN_MASK), f"{name} earned no second try"
+    assert {"6815cfb reference", "6abf5f3 current stack", "89e829f current stack"} <= set(runs), sorted(runs)
+    for name, (curve, training) in runs.items():
+        assert not learn.judge(curve).ok, f"{name}: the record is a failed check, it fails the bar"
+        assert _warranted(curve, CLEAN_GAPS, CLEAN_MASK, training), f"{name} earned no second try"
 
 
-def _recorded_sabotages() -> list[tuple[str, list[ValPoint], dict[int, float], mask_witness.Reading]]:
-    """Every sabotage run at 128 samples in learn_val_samples.yaml, with its witness readings as recorded (the weight
-    sync's gap at step 2, the loss mask's tool share at step 1); tool calls rise in each, the case that could pass."""
-    numbers = _numbers("learn_val_samples.yaml")
+def _either(numbers: dict[str, object], *keys: str) -> object:
+    """The value of the first of ``keys`` the record has (the records name a reading in two ways)."""
+    return next(numbers[key] for key in keys if key in numbers)
+
+
+def _recorded_sabotages() -> list[tuple[str, list[ValPoint], dict[int, float], mask_witness.Reading, dict | None]]:
+    """Every sabotage run at 128 samples: seed 0's in learn_val_samples.yaml, seeds 1 and 2 in bench_seeds_128*.yaml
+    with their training rollouts' accuracy by step, each with its witness readings as recorded (the weight sync's gap
+    at step 2, the loss mask's tool share at step 1); tool calls rise in each, the case that could pass."""
     found = []
-    for key, value in numbers.items():
-        run = re.fullmatch(r"(\w+) (weight-sync|reward-sign|loss-mask) val acc", key)
-        if not run:
-            continue
-        stack, sabotage = run.groups()
-        gaps, mask = dict(CLEAN_GAPS), CLEAN_MASK
-        if sabotage == "weight-sync":
-            gaps[2] = float(numbers[f"{stack} weight-sync gap at step 2"])
-        if sabotage == "loss-mask":
-            share = float(numbers[f"{stack} loss-mask tool share at step 1"])
-            mask = mask_witness.Reading(tool=25.7, tool_trained=share * 60.0, trained=60.0, least=30.0)
-        found.append((f"{stack} {sabotage}", _curve(_pair(value), (0.6, 0.9)), gaps, mask))
+    for record in ("learn_val_samples.yaml", "bench_seeds_128.yaml", "bench_seeds_128_seed2.yaml"):
+        numbers = _numbers(record)
+        for key, value in numbers.items():
+            run = re.fullmatch(r"(.+) (weight-sync|reward-sign|loss-mask) val acc", key)
+            if not run:
+                continue
+            name, sabotage = run.groups()
+            gaps, mask = dict(CLEAN_GAPS), CLEAN_MASK
+            if sabotage == "weight-sync":  # learn_val_samples.yaml's words, else the bench's
+                gaps[2] = float(
+                    _either(numbers, f"{name} weight-sync gap at step 2", f"{name} weight-sync sync gap step 2")
+                )
+            if sabotage == "loss-mask":
+                share = float(
+                    _either(numbers, f"{name} loss-mask tool share at step 1", f"{name} loss-mask tool share step 1")
+                )
+                mask = mask_witness.Reading(tool=25.7, tool_trained=share * 60.0, trained=60.0, least=30.0)
+            training = numbers.get(f"{name} {sabotage} training acc by step")
+            curve = _curve(_pair(value), (0.6, 0.9))
+            found.append((f"{name} {sabotage}", curve, gaps, mask, _by_step(training) if training else None))
     return found
 
 
 def test_no_recorded_sabotage_earns_a_second_try() -> None:
     sabotages = _recorded_sabotages()
-    assert len(sabotages) == 6, [name for name, *_ in sabotages]  # three sabotages on each stack
-    for name, curve, gaps, mask in sabotages:
+    assert len(sabotages) == 18, [name for name, *_ in sabotages]  # three sabotages, three seeds, two stacks
+    assert sum(training is not None for *_, training in sabotages) == 12, "seeds 1 and 2 record the training acc"
+    for name, curve, gaps, mask, training in sabotages:
         assert not learn.judge(curve).ok or name.endswith(("weight-sync", "loss-mask")), name
-        assert not _warranted(curve, gaps, mask), f"{name} earned a second try"
+        assert not _warranted(curve, gaps, mask, training), f"{name} earned a second try"
+
+
+def test_a_flipped_reward_lowers_the_training_accuracy_it_is_judged_by() -> None:
+    """The reward-sign sabotage trains on a negated score, but the training accuracy is the answers' truth: it falls
+    on every recorded seed, so a collapsed validation after it earns no second try; the shipped runs' rises clear
+    the bar (the loss mask's may too: its witness decides)."""
+    for name, _, _, _, training in _recorded_sabotages():
+        if training is not None and name.endswith("reward-sign"):
+            assert not learn.training_cleared_the_bar(training) and training[4] < training[1], name
+    for record, seed in (("bench_seeds_128.yaml", 1), ("bench_seeds_128_seed2.yaml", 2)):
+        for stack in ("0.6.1", "0.9.1"):
+            shipped = _by_step(_numbers(record)[f"{stack} seed {seed} shipped training acc by step"])
+            assert learn.training_cleared_the_bar(shipped), (record, stack, shipped)
 
 
 @pytest.mark.parametrize(
@@ -108,6 +150,39 @@ def test_no_recorded_sabotage_earns_a_second_try() -> None:
 )
 def test_nothing_else_earns_one(acc: tuple[float, float], tools: tuple[float, float], samples: int) -> None:
     assert not _warranted(_curve(acc, tools, samples), CLEAN_GAPS, CLEAN_MASK)
+
+
+COLLAPSE = ((0.66, 0.00), (0.67, 0.00))  # the replica of 89e829f: validation after the last update (ci_history.yaml)
+
+
+@pytest.mark.parametrize(
+    ("training", "warranted"),
+    [
+        ({1: 0.69, 2: 0.91, 3: 0.97, 4: 0.94}, True),  # the replica's training rollouts: they learned
+        ({1: 0.50, 2: 0.60, 3: 0.70, 4: 0.74}, False),  # rose, short of the bar from 0.50 (0.75)
+        ({1: 0.53, 2: 0.00, 3: 0.00, 4: 0.00}, False),  # fell: a flipped reward's
+        ({4: 0.94}, False),  # one step: nothing to compare
+        ({}, False),  # no training accuracy in the log
+    ],
+)
+def test_a_collapse_earns_one_only_when_the_training_rollouts_learned(
+    training: dict[int, float], warranted: bool
+) -> None:
+    curve = _curve(*COLLAPSE)
+    assert _warranted(curve, CLEAN_GAPS, CLEAN_MASK, training) is warranted
+    stale = {**CLEAN_GAPS, 2: 1.3e-02}  # a weight sync that broke: its witness fails, whatever the rollouts did
+    assert not _warranted(curve, stale, CLEAN_MASK, {1: 0.69, 2: 0.91, 3: 0.97, 4: 0.94})
+
+
+def test_the_training_accuracy_is_read_from_the_step_metrics() -> None:
+    from recipes.smoke.progress import step_metrics
+
+    log = "".join(
+        f"(TaskRunner pid=1) step:{step} - critic/score/mean:-0.5 - reward_extra/acc/mean:{acc}\n"
+        for step, acc in ((1, 0.6875), (2, 0.90625))
+    )
+    assert learn.training_accuracy(step_metrics(log)) == {1: 0.6875, 2: 0.90625}
+    assert learn.training_accuracy(step_metrics("step:1 - critic/score/mean:0.5\n")) == {}
 
 
 @pytest.mark.parametrize(
@@ -131,6 +206,7 @@ class _Tries(Smoke):
     log with both witnesses' readings): ``RESULTS`` by the training prompts' order (``data.seed``, None the first)."""
 
     RESULTS: dict[str | None, tuple[float, float]] = {}
+    TRAINING: dict[str | None, tuple[float, ...]] = {}  # the training rollouts' accuracy by step; flat if not given
 
     def stage_sandbox(self, st: Stage) -> None:
         return None
@@ -153,11 +229,13 @@ class _Tries(Smoke):
                 for i in range(128)
             ]
             (dumps / f"{step}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        training = self.TRAINING.get(seed, (0.5,) * len(CLEAN_GAPS))
         lines = [
             f"(TaskRunnerV1 pid=1) step:{step} - critic/score/mean:0.5 - training/rollout_probs_diff_mean:{gap} - "
-            "reward_extra/tool_tokens/mean:25.7 - reward_extra/tool_tokens_trained/mean:0.0 - "
+            f"reward_extra/acc/mean:{acc} - reward_extra/tool_tokens/mean:25.7 - "
+            "reward_extra/tool_tokens_trained/mean:0.0 - "
             "reward_extra/trained_tokens/mean:60.0 - reward_extra/trained_tokens/min:30.0"
-            for step, gap in CLEAN_GAPS.items()
+            for (step, gap), acc in zip(CLEAN_GAPS.items(), training, strict=True)
         ]
         self.logs.mkdir(parents=True, exist_ok=True)
         (self.logs / "rl.log").write_text("\n".join(lines) + "\n")
@@ -171,8 +249,10 @@ def _earlier(root: Path) -> Path:
     return root / "earlier"
 
 
-def _run(tmp_path: Path, results: dict[str | None, tuple[float, float]]) -> tuple[int, dict, Path]:
-    _Tries.RESULTS = results
+def _run(
+    tmp_path: Path, results: dict[str | None, tuple[float, float]], training: dict | None = None
+) -> tuple[int, dict, Path]:
+    _Tries.RESULTS, _Tries.TRAINING = results, training or {}
     smoke = _Tries(tmp_path / "run", LEARN, PROFILES["cpu"], CURRENT, task=LEARN_TASK, from_sft=_earlier(tmp_path))
     smoke.out.mkdir()
     code = smoke.run()
@@ -201,6 +281,22 @@ def test_two_near_misses_fail_with_both_verdicts_and_no_third_try(tmp_path: Path
     error = next(stage for stage in summary["stages"] if stage["name"] == "learn")["error"]
     assert "try 1: val acc 0.65 -> 0.77" in error and "try 2: val acc 0.65 -> 0.78" in error, error
     assert not (out / learn.SECOND_TRY_DIR / learn.SECOND_TRY_DIR).exists(), "a second try never tries again"
+
+
+def test_a_collapse_after_rollouts_that_learned_gets_a_second_try_which_decides(tmp_path: Path) -> None:
+    """The replica of 89e829f: validation 0.66 -> 0.00 after the last update, the training rollouts 0.69 -> 0.94;
+    the second try learns and passes, summary.json keeping the first try's training accuracy."""
+    code, summary, out = _run(tmp_path, {None: (0.0, 0.0), "1": (0.95, 0.98)}, {None: (0.69, 0.91, 0.97, 0.94)})
+    assert code == 0 and summary["learn_ok"] is True and summary["tries"] == 2, summary["learn_verdict"]
+    assert summary["first_try"]["training_acc"] == {"1": 0.69, "2": 0.91, "3": 0.97, "4": 0.94}
+    assert summary["first_try"]["val_acc_after"] == 0.0
+
+
+def test_a_collapse_after_rollouts_that_did_not_learn_fails_at_once(tmp_path: Path) -> None:
+    code, summary, out = _run(tmp_path, {None: (0.0, 0.0)}, {None: (0.53, 0.0, 0.0, 0.0)})
+    assert code == 1 and summary["learn_ok"] is False and "tries" not in summary
+    assert summary["training_acc"] == {"1": 0.53, "2": 0.0, "3": 0.0, "4": 0.0}
+    assert not (out / learn.SECOND_TRY_DIR).exists()
 
 
 def test_a_run_that_learned_runs_once(tmp_path: Path) -> None:
