@@ -75,12 +75,12 @@ Default: the learning check on SmolLM2-135M-Instruct (built from the pinned PyPI
 {learn}),
 judged: exit 1 with "did NOT learn" when validation accuracy and tool use do not rise (a run that rose short of the
 bar, or whose training rollouts cleared it while its validation fell, both witnesses clean, gets one second RL try
-from its SFT model in OUT/try2, which decides: docs/main-job.md, docs/measurements/learn_second_try.yaml). --fast/--tiny: the pipeline
-check on a tiny random model (no downloads). After RL it says where the seconds before its first step went (the
-launcher, verl's driver and Ray, the trainer ranks, the rollout servers, the validation, step 1: summary.json's
-rl_startup, docs/main-job.md). Prints a final table (stage, ok/failed, seconds, key metric) and writes
-OUT/summary.json; exits non-zero naming the failed stage. The sandbox and every trainer are stopped at the end
-whatever happens, and die with the run even if it is killed.
+from its SFT model in OUT/try2, which decides: docs/main-job.md, docs/measurements/learn_second_try.yaml).
+--fast/--tiny: the pipeline check on a tiny random model (no downloads). After RL it says where the seconds before
+its first step went (the launcher, verl's driver and Ray, the trainer ranks, the rollout servers, the validation,
+step 1: summary.json's rl_startup, docs/main-job.md). Prints a final table (stage, ok/failed, seconds, key metric)
+and writes OUT/summary.json; exits non-zero naming the failed stage. The sandbox and every trainer are stopped at
+the end whatever happens, and die with the run even if it is killed.
 
 Platform: auto detects it (KIT_DEVICE forces one). On cpu the run uses the stack's venv ({venv}, built or updated
 first), or inside the kit's CPU image (docker/run_cpu.sh) the image's Python; on npu or cuda it uses this
