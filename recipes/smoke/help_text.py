@@ -74,7 +74,7 @@ real trainers; the tool-call check only with --fast/--tiny (the learning check's
 Default: the learning check on SmolLM2-135M-Instruct (built from the pinned PyPI wheel once;
 {learn}),
 judged: exit 1 with "did NOT learn" when validation accuracy and tool use do not rise (a run that rose short of the
-bar, or whose training rollouts cleared it while its validation fell, both witnesses clean, gets one second RL try
+bar, or whose training rollouts cleared it whatever its validation did, both witnesses clean, gets one second RL try
 from its SFT model in OUT/try2, which decides: docs/main-job.md, docs/measurements/learn_second_try.yaml).
 --fast/--tiny: the pipeline check on a tiny random model (no downloads). After RL it says where the seconds before
 its first step went (the launcher, verl's driver and Ray, the trainer ranks, the rollout servers, the validation,

@@ -240,7 +240,8 @@ def second_try_warranted(
 ) -> bool:
     """Whether a failed first try earns one more RL run from the same SFT model: both direct witnesses clean, on
     enough samples, and it learned short of the bar (validation accuracy and tool calls both rose) or its training
-    rollouts cleared the bar (:func:`training_cleared_the_bar`) while its last validation fell.
+    rollouts cleared the bar (:func:`training_cleared_the_bar`), whatever its validation did (a collapse after the last
+    update: validation fell).
 
     Why: four GRPO steps of 32 trajectories end in a spread of policies; the same run that learned 0.65 -> 0.95
     here learned 0.65 -> 0.77 in CI, its witnesses clean and its training reward at +0.94 (docs/measurements/

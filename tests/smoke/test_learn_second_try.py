@@ -58,7 +58,7 @@ def _pair(text: object) -> tuple[float, float]:
     return first, last
 
 
-def _cis_near_misses() -> dict[str, tuple[list[ValPoint], dict[int, float] | None]]:
+def _cis_failed_checks() -> dict[str, tuple[list[ValPoint], dict[int, float] | None]]:
     """Every CI run (or fresh-clone replica of one) whose learning check failed, in ci_history.yaml (``failed run
     of <commit>, the <stack>'s val acc``, ``fresh-clone Xeon run of ...``), as a curve on today's 128 samples, with
     its training rollouts' accuracy by step where recorded."""
@@ -77,7 +77,7 @@ def _cis_near_misses() -> dict[str, tuple[list[ValPoint], dict[int, float] | Non
 def test_cis_failed_learning_checks_earn_a_second_try() -> None:
     """Each learning check CI failed with its witnesses clean: two near misses (accuracy rose short of the bar) and
     the current stack's collapse after its last update (0.66 -> 0.00, its training rollouts at 0.94)."""
-    runs = _cis_near_misses()
+    runs = _cis_failed_checks()
     assert {"6815cfb reference", "6abf5f3 current stack", "89e829f current stack"} <= set(runs), sorted(runs)
     for name, (curve, training) in runs.items():
         assert not learn.judge(curve).ok, f"{name}: the record is a failed check, it fails the bar"
